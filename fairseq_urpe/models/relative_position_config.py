@@ -1,0 +1,50 @@
+"""Options the plugin adds to fairseq's Transformer LM (one dataclass: flags, ``--arch`` and hydra)."""
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.models.transformer import TransformerConfig
+
+TOEPLITZ_CHOICES = ChoiceEnum(["none", "bucketed", "unique"])
+BEYOND_MAX_CHOICES = ChoiceEnum(["clamp", "error"])
+
+
+@dataclass
+class RelativePositionConfig(FairseqDataclass):
+    rpe_num_buckets: int = field(
+        default=32,
+        metadata={"help": "T5 buckets of the RPE bias b (and of a bucketed URPE c); causal models use all for past distances"},
+    )
+    rpe_max_distance: int = field(
+        default=128,
+        metadata={"help": "distance where T5's log-spaced buckets end; farther keys share the last bucket"},
+    )
+    rpe_per_layer: bool = field(
+        default=False,
+        metadata={"help": "learn b (and c) separately in every layer instead of one set shared by all layers"},
+    )
+    urpe_toeplitz: TOEPLITZ_CHOICES = field(
+        default="bucketed",
+        metadata={
+            "help": "URPE Toeplitz reweighting C: 'none' (plain RPE), 'bucketed' (c per T5 bucket of b) or "
+            "'unique' (c per distance up to --urpe-max-distance)"
+        },
+    )
+    urpe_max_distance: Optional[int] = field(
+        default=None,
+        metadata={"help": "largest distance with its own c in the 'unique' table (default: --tokens-per-sample - 1)"},
+    )
+    urpe_beyond_max: BEYOND_MAX_CHOICES = field(
+        default="clamp",
+        metadata={"help": "'unique' C beyond --urpe-max-distance: 'clamp' reuses the last entry, 'error' refuses"},
+    )
+    absolute_positions: bool = field(
+        default=False,
+        metadata={"help": "keep fairseq's absolute position embeddings as well (RPE/URPE archs drop them by default)"},
+    )
+
+
+@dataclass
+class RelativeTransformerConfig(TransformerConfig, RelativePositionConfig):
+    """fairseq's ``TransformerConfig`` with the relative-position options, so they reach the layers."""

@@ -1,0 +1,50 @@
+"""T5's log-spaced relative-position buckets (Raffel et al. 2020, ``_relative_position_bucket``)."""
+
+import math
+
+import torch
+
+
+def check_bucket_options(num_buckets: int, max_distance: int, bidirectional: bool, names=("num_buckets", "max_distance")):
+    """Raise ``ValueError`` naming the option when the bucket layout is impossible.
+
+    Each direction gets ``n = num_buckets`` (causal) or ``num_buckets // 2`` (bidirectional) buckets; the
+    first ``n // 2`` are exact distances, the rest log-spaced up to ``max_distance``. That needs
+    ``n >= 2`` and ``max_distance > n // 2``.
+    """
+    buckets_name, distance_name = names
+    per_side = num_buckets // 2 if bidirectional else num_buckets
+    if num_buckets <= 0 or per_side < 2:
+        need = 4 if bidirectional else 2
+        raise ValueError(f"{buckets_name} must be an integer >= {need}, got {num_buckets}")
+    if max_distance <= per_side // 2:
+        raise ValueError(
+            f"{distance_name} must be greater than the {per_side // 2} exact buckets "
+            f"({buckets_name}={num_buckets}), got {max_distance}"
+        )
+
+
+def relative_position_bucket(
+    distance: torch.Tensor, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = False
+) -> torch.Tensor:
+    """Map ``distance = i - j`` (query minus key position, any shape, long) to a bucket in ``[0, num_buckets)``.
+
+    With ``n`` buckets per direction and ``e = n // 2``: distances ``0 .. e-1`` get their own bucket,
+    larger ones ``e + floor(log(d / e) / log(max_distance / e) * (n - e))``, capped at ``n - 1``.
+    Causal (``bidirectional=False``): negative distances (future keys) share bucket 0. Bidirectional:
+    keys after the query (``d < 0``) use the upper half of the buckets.
+    """
+    n = num_buckets
+    bucket = torch.zeros_like(distance)
+    if bidirectional:
+        n = num_buckets // 2
+        bucket = bucket + (distance < 0).long() * n
+        distance = distance.abs()
+    else:
+        distance = distance.clamp(min=0)
+    exact = n // 2
+    is_small = distance < exact
+    # float32 log is what T5 uses; clamp(min=1) only avoids log(0) on entries that is_small discards.
+    log_ratio = torch.log(distance.clamp(min=1).float() / exact) / math.log(max_distance / exact)
+    large = (exact + (log_ratio * (n - exact)).long()).clamp(max=n - 1)
+    return bucket + torch.where(is_small, distance, large)

@@ -1,0 +1,126 @@
+"""Relative-position self-attention: RPE and URPE (Luo et al., NeurIPS 2022).
+
+    S    = Q K^T / sqrt(d) + B + M          B_ij = b_h(i - j) (RPE bias), M = causal/padding mask
+    A    = softmax(S)                       in float32 for half/bfloat16 inputs (float64 stays float64)
+    out  = dropout(A ⊙ C) V                 C_ij = c_h(i - j) (URPE Toeplitz; C = 1 is plain RPE)
+
+Positions are absolute indices into the (cached) sequence, so incremental decoding uses the same
+``i - j`` as the full forward.
+"""
+
+from typing import Dict, Optional, Tuple
+
+import torch
+from fairseq.modules import MultiheadAttention
+from torch import Tensor, nn
+
+from .precision import at_least_float32
+
+
+class RelativeMultiheadAttention(MultiheadAttention):
+    """Drop-in replacement for fairseq's self-attention with a position bias and a Toeplitz reweighting.
+
+    Subclasses :class:`fairseq.modules.MultiheadAttention` for its projections, initialisation and
+    incremental-state cache (``prev_key``/``prev_value`` as ``(B, H, S, d)``, reordered by
+    ``reorder_incremental_state``); only ``forward`` is new.
+
+    Args:
+        position_bias: module ``(query_positions (T,), key_positions (S,)) -> (H, T, S)`` added to the
+            scores, or ``None`` (no bias).
+        toeplitz: module of the same call shape multiplied onto the probabilities, or ``None`` (RPE).
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        position_bias: Optional[nn.Module] = None,
+        toeplitz: Optional[nn.Module] = None,
+        dropout: float = 0.0,
+        bias: bool = True,
+        q_noise: float = 0.0,
+        qn_block_size: int = 8,
+    ):
+        super().__init__(
+            embed_dim,
+            num_heads,
+            dropout=dropout,
+            bias=bias,
+            self_attention=True,
+            q_noise=q_noise,
+            qn_block_size=qn_block_size,
+        )
+        self.position_bias = position_bias
+        self.toeplitz = toeplitz
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Optional[Tensor] = None,
+        value: Optional[Tensor] = None,
+        key_padding_mask: Optional[Tensor] = None,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        need_weights: bool = True,
+        static_kv: bool = False,
+        attn_mask: Optional[Tensor] = None,
+        before_softmax: bool = False,
+        need_head_weights: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        """``query``: (T, B, E), time first as in fairseq; ``key``/``value`` must be ``query`` or ``None``.
+
+        ``key_padding_mask``: (B, T) true at pads; ``attn_mask``: (T, S) additive float mask.
+        Returns ``(out (T, B, E), weights)`` where ``weights`` is ``A ⊙ C`` averaged over heads
+        (B, T, S), per head (H, B, T, S) with ``need_head_weights``, or ``None``.
+        """
+        if (key is not None and key is not query) or (value is not None and value is not query):
+            raise ValueError("RelativeMultiheadAttention is self-attention only: key and value must be the query")
+        if static_kv or before_softmax:
+            raise ValueError("RelativeMultiheadAttention supports neither static_kv nor before_softmax")
+        need_weights = need_weights or need_head_weights
+        tgt_len, bsz, embed_dim = query.size()
+        heads, head_dim = self.num_heads, self.head_dim
+
+        def split_heads(x: Tensor) -> Tensor:
+            return x.view(tgt_len, bsz, heads, head_dim).permute(1, 2, 0, 3)  # (B, H, T, d)
+
+        q = split_heads(self.q_proj(query)) * self.scaling
+        k = split_heads(self.k_proj(query))
+        v = split_heads(self.v_proj(query))
+
+        if incremental_state is not None:
+            saved = self._get_input_buffer(incremental_state)
+            if "prev_key" in saved:
+                k = torch.cat([saved["prev_key"], k], dim=2)  # (B, H, S, d)
+                v = torch.cat([saved["prev_value"], v], dim=2)
+            key_padding_mask = self._append_prev_key_padding_mask(
+                key_padding_mask, saved.get("prev_key_padding_mask"), bsz, k.size(2), False
+            )
+            saved["prev_key"], saved["prev_value"] = k, v
+            saved["prev_key_padding_mask"] = key_padding_mask
+            self._set_input_buffer(incremental_state, saved)
+        src_len = k.size(2)
+
+        key_positions = torch.arange(src_len, device=query.device)  # (S,)
+        query_positions = key_positions[src_len - tgt_len :]  # (T,): the last T of the S positions
+
+        scores = at_least_float32(torch.matmul(q, k.transpose(2, 3)))  # (B, H, T, S)
+        if self.position_bias is not None:
+            scores = scores + self.position_bias(query_positions, key_positions)  # + (H, T, S)
+        if key_padding_mask is not None:
+            # A finite floor, not -inf: a row whose visible keys are all padding (left-padded prompts)
+            # stays finite instead of NaN. The causal -inf is added after, so future keys stay excluded.
+            pad = key_padding_mask.to(torch.bool)[:, None, None, :]  # (B, 1, 1, S)
+            scores = scores.masked_fill(pad, torch.finfo(scores.dtype).min)
+        if attn_mask is not None:
+            scores = scores + at_least_float32(attn_mask)  # + (T, S)
+        weights = torch.softmax(scores, dim=-1)  # (B, H, T, S), at least float32
+        if self.toeplitz is not None:
+            weights = weights * self.toeplitz(query_positions, key_positions)
+
+        out = torch.matmul(self.dropout_module(weights.to(v.dtype)), v)  # (B, H, T, d)
+        out = self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim))  # (T, B, E)
+
+        if not need_weights:
+            return out, None
+        head_weights = weights.transpose(0, 1)  # (H, B, T, S)
+        return out, (head_weights if need_head_weights else head_weights.mean(dim=0))

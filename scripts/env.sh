@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Create (once) the Python environment the demo and the tests run in, then print its path.
+#   URPE_VENV    where the virtual environment lives          (default: .venv in the repository)
+#   URPE_PYTHON  interpreter used to create it                (default: python3)
+#   TORCH_SPEC   torch requirement when torch is not present  (default: torch==2.13.0 on CPU-only
+#                machines; plain torch, i.e. a CUDA build, where nvidia-smi finds a GPU)
+#   TORCH_PIP_ARGS extra pip arguments for torch, e.g. an index URL that serves CPU wheels
+# To bring your own torch: create the venv with --system-site-packages over a Python that has it,
+# or install torch into $URPE_VENV first; an importable torch is never replaced.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${URPE_VENV:-.venv}
+PY=${URPE_PYTHON:-python3}
+if [ "${1:-}" = "--help" ]; then sed -n '2,10p' "$0"; exit 0; fi
+
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import fairseq, fairseq_urpe, pytest" 2>/dev/null; then
+  echo "$VENV"; exit 0
+fi
+{
+  echo "== creating environment in $VENV (URPE_PYTHON=$PY)"
+  [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+  pip=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
+  if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+      spec=${TORCH_SPEC:-torch}
+    else
+      spec=${TORCH_SPEC:-torch==2.13.0}
+    fi
+    echo "== installing $spec ${TORCH_PIP_ARGS:-}"
+    # shellcheck disable=SC2086
+    "${pip[@]}" "$spec" ${TORCH_PIP_ARGS:-}
+  fi
+  echo "== installing fairseq's and the plugin's requirements"
+  "${pip[@]}" -r requirements.txt setuptools wheel
+  echo "== installing fairseq (compiles C extensions the first time: a few minutes; pip caches the wheel)"
+  "${pip[@]}" --no-build-isolation --no-deps \
+    "fairseq==0.12.2; python_version < '3.11'" "fairseq-fixed==0.12.3.1; python_version >= '3.11'"
+  "${pip[@]}" --no-build-isolation --no-deps -e .
+  "$VENV/bin/python" -c "import fairseq, fairseq_urpe, torch; print('== fairseq', fairseq.__version__, 'torch', torch.__version__)"
+} >&2
+echo "$VENV"

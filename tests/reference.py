@@ -1,0 +1,74 @@
+"""Plain dense references, written independently of the package: scalar loops and explicit matrices."""
+
+import math
+
+import torch
+
+
+def t5_bucket(distance: int, num_buckets: int, max_distance: int, bidirectional: bool = False) -> int:
+    """T5's bucket for one relative distance ``i - j``, in plain Python float64 arithmetic."""
+    offset, n = 0, num_buckets
+    if bidirectional:
+        n = num_buckets // 2
+        if distance < 0:
+            offset = n
+        distance = abs(distance)
+    else:
+        distance = max(distance, 0)
+    exact = n // 2
+    if distance < exact:
+        return offset + distance
+    large = exact + int(math.log(distance / exact) / math.log(max_distance / exact) * (n - exact))
+    return offset + min(large, n - 1)
+
+
+def unique_index(distance: int, max_distance: int, bidirectional: bool = False) -> int:
+    """Row of a per-distance ('unique') table for ``i - j``: clamp to the table, shift if bidirectional."""
+    if not bidirectional:
+        distance = max(distance, 0)
+    distance = max(-max_distance, min(max_distance, distance))
+    return distance + max_distance if bidirectional else distance
+
+
+def index_matrix(tgt_len: int, src_len: int, index_of) -> torch.Tensor:
+    """``(T, S)`` long matrix of ``index_of(i - j)`` for queries at the last T of S positions."""
+    first = src_len - tgt_len
+    return torch.tensor([[index_of(first + i - j) for j in range(src_len)] for i in range(tgt_len)])
+
+
+def dense_attention(x, attn, bias_index=None, toeplitz_index=None, key_padding_mask=None, causal=True):
+    """Reference RPE/URPE self-attention with ``attn``'s parameters; ``x`` is ``(T, B, E)``.
+
+    ``out_b = concat_h((softmax(Q_h K_h^T / sqrt(d) + B_h + M) ⊙ C_h) V_h) W_o^T + b_o`` where
+    ``B_h[i, j] = b[h, bias_index[i, j]]`` and ``C_h[i, j] = c[h, toeplitz_index[i, j]]``.
+    """
+    tgt_len, bsz, embed_dim = x.shape
+    heads = attn.num_heads
+    d = embed_dim // heads
+    outs = []
+    for b in range(bsz):
+        per_head = []
+        for h in range(heads):
+            rows = slice(h * d, (h + 1) * d)
+            q = x[:, b] @ attn.q_proj.weight[rows].T + attn.q_proj.bias[rows]
+            k = x[:, b] @ attn.k_proj.weight[rows].T + attn.k_proj.bias[rows]
+            v = x[:, b] @ attn.v_proj.weight[rows].T + attn.v_proj.bias[rows]
+            scores = q @ k.T / math.sqrt(d)
+            if bias_index is not None:
+                scores = scores + attn.position_bias.weight[h][bias_index]
+            blocked = torch.zeros(tgt_len, tgt_len, dtype=torch.bool)
+            if causal:
+                blocked |= torch.ones(tgt_len, tgt_len, dtype=torch.bool).triu(1)
+            if key_padding_mask is not None:
+                blocked |= key_padding_mask[b][None, :]
+            probs = torch.softmax(scores.masked_fill(blocked, float("-inf")), dim=-1)
+            if toeplitz_index is not None:
+                probs = probs * attn.toeplitz.weight[h][toeplitz_index]
+            per_head.append(probs @ v)
+        outs.append(torch.cat(per_head, dim=-1) @ attn.out_proj.weight.T + attn.out_proj.bias)
+    return torch.stack(outs, dim=1)
+
+
+def causal_mask(length: int, dtype=torch.float64) -> torch.Tensor:
+    """fairseq's additive future mask: ``-inf`` above the diagonal."""
+    return torch.full((length, length), float("-inf"), dtype=dtype).triu(1)
