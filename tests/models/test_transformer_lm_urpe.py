@@ -1,0 +1,171 @@
+import argparse
+import sys
+
+import pytest
+import torch
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+from fairseq_urpe.models.transformer_lm_urpe import RelativeTransformerLanguageModel
+from fairseq_urpe.modules import RelativeMultiheadAttention
+
+VARIANTS = {
+    "rpe": ("transformer_lm_rpe_tiny",),
+    "urpe_bucketed": ("transformer_lm_urpe_tiny",),
+    "urpe_unique": ("transformer_lm_urpe_tiny", "--urpe-toeplitz", "unique"),
+    "urpe_per_layer": ("transformer_lm_urpe_tiny", "--rpe-per-layer"),
+    "urpe_with_absolute": ("transformer_lm_urpe_tiny", "--absolute-positions"),
+}
+
+
+def randomise_positions(model):
+    """Move b and c away from their initial 0 and 1 so that position handling is really exercised."""
+    torch.manual_seed(1)
+    for name, p in model.named_parameters():
+        if "position_bias" in name:
+            torch.nn.init.normal_(p, std=1.0)
+        elif "toeplitz" in name:
+            torch.nn.init.uniform_(p, 0.0, 2.0)
+    return model
+
+
+def test_all_architectures_are_registered_to_the_plugin_model():
+    for arch in ["transformer_lm_rpe", "transformer_lm_urpe", "transformer_lm_rpe_tiny", "transformer_lm_urpe_tiny",
+                 "transformer_lm_rpe_wiki103", "transformer_lm_urpe_wiki103",
+                 "transformer_lm_rpe_gpt2_small", "transformer_lm_urpe_gpt2_small"]:
+        assert ARCH_MODEL_REGISTRY[arch] is RelativeTransformerLanguageModel
+
+
+@pytest.mark.parametrize(
+    "arch,expected",
+    [
+        ("transformer_lm_urpe", dict(decoder_layers=6, decoder_embed_dim=512, decoder_attention_heads=8, urpe_toeplitz="bucketed")),
+        ("transformer_lm_rpe", dict(decoder_layers=6, decoder_embed_dim=512, urpe_toeplitz="none")),
+        ("transformer_lm_urpe_wiki103", dict(decoder_layers=16, decoder_embed_dim=1024, adaptive_input=True,
+                                             tie_adaptive_weights=True, adaptive_softmax_cutoff="20000,60000",
+                                             urpe_toeplitz="bucketed")),
+        ("transformer_lm_rpe_gpt2_small", dict(decoder_layers=24, decoder_embed_dim=1024, activation_fn="gelu",
+                                               urpe_toeplitz="none")),
+    ],
+)
+def test_presets_set_fairseq_sizes_and_drop_absolute_positions(arch, expected):
+    args = argparse.Namespace()
+    ARCH_CONFIG_REGISTRY[arch](args)
+    assert args.no_token_positional_embeddings is True
+    for key, value in expected.items():
+        assert getattr(args, key) == value, key
+
+
+def test_built_models_use_relative_attention_and_no_absolute_embeddings(build_lm):
+    rpe, _ = build_lm("transformer_lm_rpe_tiny")
+    urpe, cfg = build_lm("transformer_lm_urpe_tiny")
+    for model in (rpe, urpe):
+        assert isinstance(model, RelativeTransformerLanguageModel)
+        assert model.decoder.embed_positions is None
+        assert all(isinstance(layer.self_attn, RelativeMultiheadAttention) for layer in model.decoder.layers)
+    assert rpe.decoder.layers[0].self_attn.toeplitz is None
+    assert urpe.decoder.layers[0].self_attn.toeplitz.parameterisation == "bucketed"
+    assert cfg.model.urpe_max_distance == 15  # resolved from --tokens-per-sample 16 and saved in the config
+    with_absolute, _ = build_lm("transformer_lm_urpe_tiny", "--absolute-positions")
+    assert with_absolute.decoder.embed_positions is not None
+
+
+def test_position_parameters_are_shared_across_layers_unless_per_layer(build_lm):
+    shared, _ = build_lm("transformer_lm_urpe_tiny", "--decoder-layers", "3")
+    per_layer, _ = build_lm("transformer_lm_urpe_tiny", "--decoder-layers", "3", "--rpe-per-layer")
+    first, last = shared.decoder.layers[0].self_attn, shared.decoder.layers[2].self_attn
+    assert first.position_bias is last.position_bias and first.toeplitz is last.toeplitz
+    heads, buckets = 4, 32
+    count = lambda m: sum(p.numel() for n, p in m.named_parameters() if "position_bias" in n or "toeplitz" in n)  # noqa: E731
+    assert count(shared) == 2 * heads * buckets
+    assert count(per_layer) == 3 * 2 * heads * buckets
+    a, b = per_layer.decoder.layers[0].self_attn, per_layer.decoder.layers[2].self_attn
+    assert a.position_bias is not b.position_bias
+
+
+def test_shared_parameters_survive_a_state_dict_round_trip(build_lm):
+    model, _ = build_lm("transformer_lm_urpe_tiny")
+    randomise_positions(model).eval()
+    fresh, _ = build_lm("transformer_lm_urpe_tiny")
+    fresh.load_state_dict(model.state_dict())
+    fresh.eval()
+    assert fresh.decoder.layers[0].self_attn.position_bias is fresh.decoder.layers[1].self_attn.position_bias
+    tokens = torch.randint(4, 40, (2, 10))
+    assert torch.equal(model(tokens)[0], fresh(tokens)[0])
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_incremental_decoding_equals_full_forward_with_beam_reorder(build_lm, variant):
+    model, _ = build_lm(*VARIANTS[variant])
+    model = randomise_positions(model).double().eval()
+    torch.manual_seed(2)
+    tokens = torch.randint(4, 40, (3, 14))
+    tokens[:, 0] = 2  # </s> starts an LM sequence in fairseq
+    split, new_order = 5, torch.tensor([1, 1, 2])
+    reordered = torch.cat([tokens[new_order, :split], tokens[:, split:]], dim=1)
+    with torch.no_grad():
+        full = model(reordered)[0]  # (B, T, V)
+        state, steps = {}, []
+        for t in range(tokens.size(1)):
+            if t == split:
+                model.decoder.reorder_incremental_state_scripting(state, new_order)
+            prefix = tokens[:, : t + 1] if t < split else reordered[:, : t + 1]
+            steps.append(model.decoder(prefix, incremental_state=state)[0])
+    steps = torch.cat(steps, dim=1)
+    torch.testing.assert_close(steps[:, split:], full[:, split:], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(steps[new_order, :split], full[:, :split], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("variant", ["rpe", "urpe_bucketed", "urpe_unique"])
+@pytest.mark.parametrize("factor", [2, 4])
+def test_inputs_longer_than_training_give_finite_normalised_distributions(build_lm, variant, factor):
+    model, _ = build_lm(*VARIANTS[variant], tokens_per_sample=16)
+    model = randomise_positions(model).eval()
+    assert model.max_positions() == sys.maxsize
+    tokens = torch.randint(4, 40, (2, 16 * factor))
+    with torch.no_grad():
+        lprobs = model.get_normalized_probs(model(tokens), log_probs=True)
+    assert torch.isfinite(lprobs).all()
+    torch.testing.assert_close(lprobs.exp().sum(-1), torch.ones(2, 16 * factor))
+
+
+def test_unique_table_with_error_mode_bounds_max_positions_and_refuses_longer_inputs(build_lm):
+    model, _ = build_lm("transformer_lm_urpe_tiny", "--urpe-toeplitz", "unique", "--urpe-beyond-max", "error",
+                        "--urpe-max-distance", "20")
+    assert model.max_positions() == 21
+    model.eval()
+    model(torch.randint(4, 40, (1, 21)))
+    with pytest.raises(ValueError, match="--urpe-max-distance=20"):
+        model(torch.randint(4, 40, (1, 22)))
+
+
+def test_stock_absolute_positions_keep_their_length_limit(build_lm):
+    model, _ = build_lm("transformer_lm_urpe_tiny", "--absolute-positions")
+    assert model.max_positions() == 16
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--urpe-toeplitz", "dense"], "argument --urpe-toeplitz: invalid choice: 'dense'"),
+        (["--urpe-beyond-max", "wrap"], "argument --urpe-beyond-max: invalid choice: 'wrap'"),
+    ],
+)
+def test_unknown_choices_are_refused_by_the_parser_naming_the_option(build_lm, capsys, flags, message):
+    with pytest.raises(SystemExit):
+        build_lm("transformer_lm_urpe_tiny", *flags)
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--rpe-num-buckets", "0"], "--rpe-num-buckets must be an integer >= 2, got 0"),
+        (["--rpe-num-buckets", "-8"], "--rpe-num-buckets must be an integer >= 2, got -8"),
+        (["--rpe-max-distance", "0"], "--rpe-max-distance must be greater than the 16 exact buckets"),
+        (["--urpe-toeplitz", "unique", "--urpe-max-distance", "0"], "--urpe-max-distance must be a positive integer, got 0"),
+        (["--urpe-toeplitz", "unique", "--urpe-max-distance", "-5"], "--urpe-max-distance must be a positive integer"),
+    ],
+)
+def test_impossible_sizes_are_refused_when_building_naming_the_option(build_lm, flags, message):
+    with pytest.raises(ValueError, match=message):
+        build_lm("transformer_lm_urpe_tiny", *flags)
