@@ -3,7 +3,7 @@
 # Creates the environment if needed, binarizes data/brown, trains the three tiny models with identical
 # settings, evaluates each with fairseq-eval-lm and prints a perplexity table (also DEMO_DIR/results.md).
 #   DEMO_DIR      output folder (data-bin, checkpoints, logs, results)       (default: demo-out)
-#   MAX_UPDATE    updates per model                                          (default: 600)
+#   MAX_UPDATE    updates per model                                          (default: 500)
 #   TOKENS        --tokens-per-sample, training and evaluation length         (default: 128)
 #   MAX_TOKENS    tokens per batch                                           (default: 2048)
 #   LAYERS EMBED FFN HEADS  model size                                       (default: 2 64 256 4)
@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--help" ]; then sed -n '2,15p' "$0"; exit 0; fi
 DEMO_DIR=${DEMO_DIR:-demo-out}
-MAX_UPDATE=${MAX_UPDATE:-600}
+MAX_UPDATE=${MAX_UPDATE:-500}
 TOKENS=${TOKENS:-128}
 MAX_TOKENS=${MAX_TOKENS:-2048}
 LAYERS=${LAYERS:-2} EMBED=${EMBED:-64} FFN=${FFN:-256} HEADS=${HEADS:-4}
@@ -36,7 +36,7 @@ if [ ! -f "$DEMO_DIR/data-bin/test.bin" ]; then
   rm -rf "$DEMO_DIR/data-bin.tmp"
   "$BIN/fairseq-preprocess" --only-source --thresholdsrc 3 --workers 2 \
     --trainpref data/brown/train.txt --validpref data/brown/valid.txt --testpref data/brown/test.txt \
-    --destdir "$DEMO_DIR/data-bin.tmp" > "$DEMO_DIR/logs/preprocess.log"
+    --destdir "$DEMO_DIR/data-bin.tmp" > "$DEMO_DIR/logs/preprocess.log" 2>&1
   mv "$DEMO_DIR/data-bin.tmp" "$DEMO_DIR/data-bin"
 fi
 

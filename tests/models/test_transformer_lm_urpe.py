@@ -169,3 +169,17 @@ def test_unknown_choices_are_refused_by_the_parser_naming_the_option(build_lm, c
 def test_impossible_sizes_are_refused_when_building_naming_the_option(build_lm, flags, message):
     with pytest.raises(ValueError, match=message):
         build_lm("transformer_lm_urpe_tiny", *flags)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_training_step_under_cpu_autocast_is_finite(build_lm, dtype):
+    model, _ = build_lm("transformer_lm_urpe_tiny", "--urpe-toeplitz", "unique")
+    randomise_positions(model).train()
+    tokens = torch.randint(4, 40, (2, 32))
+    with torch.autocast("cpu", dtype=dtype):
+        logits = model(tokens)[0]
+        loss = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.size(-1)), tokens.view(-1))
+    loss.backward()
+    assert logits.dtype == dtype and torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    assert model.decoder.layers[0].self_attn.toeplitz.weight.grad.abs().sum() > 0
