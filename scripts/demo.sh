@@ -40,9 +40,11 @@ if [ ! -f "$DEMO_DIR/data-bin/test.bin" ]; then
   mv "$DEMO_DIR/data-bin.tmp" "$DEMO_DIR/data-bin"
 fi
 
-# Input/output dims are explicit: stock transformer_lm's config would otherwise default them to 512.
+# Every size is explicit because stock `--arch transformer_lm` takes its config's defaults (input and
+# output dims 512, post-norm) where the transformer_lm_* presets, ours included, apply
+# base_lm_architecture (dims = embed dim, pre-norm with a final layer norm).
 SIZES=(--decoder-layers "$LAYERS" --decoder-embed-dim "$EMBED" --decoder-ffn-embed-dim "$FFN"
-       --decoder-input-dim "$EMBED" --decoder-output-dim "$EMBED"
+       --decoder-input-dim "$EMBED" --decoder-output-dim "$EMBED" --decoder-normalize-before
        --decoder-attention-heads "$HEADS" --share-decoder-input-output-embed)
 for arch in $ARCHS; do
   echo "== training $arch ($MAX_UPDATE updates)"

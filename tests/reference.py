@@ -72,3 +72,4 @@ def dense_attention(x, attn, bias_index=None, toeplitz_index=None, key_padding_m
 def causal_mask(length: int, dtype=torch.float64) -> torch.Tensor:
     """fairseq's additive future mask: ``-inf`` above the diagonal."""
     return torch.full((length, length), float("-inf"), dtype=dtype).triu(1)
+

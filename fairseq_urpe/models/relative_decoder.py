@@ -76,9 +76,9 @@ class RelativeTransformerDecoder(TransformerDecoder):
         return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
 
     def max_positions(self):
-        """Without absolute embeddings the only length limit is a 'unique' C table with ``beyond_max=error``."""
+        """No limit without absolute embeddings (fairseq's ``sys.maxsize``). A 'unique' C table with
+        ``--urpe-beyond-max error`` refuses longer inputs itself, naming the option, instead of
+        reporting a bound that fairseq-eval-lm would silently skip inputs by."""
         if self.embed_positions is not None:
             return super().max_positions()
-        if self.cfg.urpe_toeplitz == "unique" and self.cfg.urpe_beyond_max == "error":
-            return self.cfg.urpe_max_distance + 1
-        return sys.maxsize  # what fairseq's EnsembleModel uses for "no limit"
+        return sys.maxsize

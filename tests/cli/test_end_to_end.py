@@ -645,48 +645,35 @@ def test_unique_toeplitz_trains_within_its_max_distance(trainings):
 
 
 @pytest.mark.e2e
-def test_unique_toeplitz_error_mode_eval_lm_beyond_max_distance(unique_eval_lm_beyond_max, brown_data):
+def test_unique_toeplitz_error_mode_eval_lm_beyond_max_distance(unique_eval_lm_beyond_max):
     """fairseq-eval-lm at 64 tokens on a model whose table ends at distance 16 (--urpe-beyond-max error).
 
-    The plugin reports max_positions = --urpe-max-distance + 1 = 17, so the plugin's own error (naming
-    --urpe-max-distance) is never reached: fairseq-eval-lm drops every longer block with a warning and
-    exits 0 with the perplexity of what is left (a fairseq quirk: eval_lm_dataloader always passes
-    ignore_invalid_inputs=True). Here only the split's last, short block fits (or nothing, which
-    eval-lm reports as "Perplexity: 1.00" over 0 tokens). This asserts exactly that.
+    The model reports no maximum length (had it reported 17, fairseq-eval-lm would silently skip every
+    longer block and exit 0 with the perplexity of what is left: eval_lm_dataloader always passes
+    ignore_invalid_inputs=True). So the first long block reaches the table, which refuses it with an
+    error naming the option, and fairseq-eval-lm fails.
     """
     result = unique_eval_lm_beyond_max
-    assert result.returncode == 0, result.tail()
-    max_positions = UNIQUE_MAX_DISTANCE + 1
-    assert re.search(
-        rf"samples have invalid sizes and will be skipped, max_positions={max_positions}\b", result.output
-    ), result.tail()
-    last_block = brown_data.tokens["valid"] % (4 * UNIQUE_MAX_DISTANCE)
-    assert parse_eval_lm(result.output).tokens == (last_block if last_block <= max_positions else 0)
+    assert result.returncode != 0, result.tail()
+    assert f"--urpe-max-distance={UNIQUE_MAX_DISTANCE} but the input needs" in result.stderr, result.tail()
+    assert "Perplexity" not in result.output
 
 
 @pytest.mark.e2e
 def test_unique_toeplitz_error_mode_refuses_longer_inputs(trainings, brown_data, one_torch_thread):
-    """Where the longer input does fail: fairseq's batching refuses it with its size error (what
-    fairseq-interactive and the hub print), naming the max_positions the plugin derives from
-    --urpe-max-distance; handed to the model directly, the plugin's own error names the option.
-    (In-process, with the hub interface, to spare another ~7 s process start.)"""
+    """The hub interface (score) on an input past the table fails with the plugin's error; within the
+    table the model runs. (In-process, to spare another ~7 s process start.)"""
     from fairseq.models.transformer_lm import TransformerLanguageModel
 
     run = trainings.model("unique")
     lm = TransformerLanguageModel.from_pretrained(
         str(run.save_dir), "checkpoint_last.pt", str(brown_data.bin), user_dir=USER_DIR,
-        tokens_per_sample=4 * UNIQUE_MAX_DISTANCE,  # the task's own limit, above the model's
+        tokens_per_sample=4 * UNIQUE_MAX_DISTANCE,  # the task's own limit, above the table
     )
     lm.eval()
-    max_positions = UNIQUE_MAX_DISTANCE + 1
-    assert lm.max_positions == max_positions
     sentence = " ".join(["the committee said that the city"] * 5)  # 30 words
     tokens = lm.encode(sentence)[None, :]  # (1, 31) with </s>: distances up to 30
-    with pytest.raises(Exception, match=rf"Size of sample #0 is invalid \(=31\) since max_positions={max_positions}\b"):
+    with pytest.raises(ValueError, match=rf"--urpe-max-distance={UNIQUE_MAX_DISTANCE} but the input needs \d+"):
         lm.score(sentence)
-    with torch.no_grad(), pytest.raises(
-        ValueError, match=rf"--urpe-max-distance={UNIQUE_MAX_DISTANCE} but the input needs 30"
-    ):
-        lm.models[0](tokens)
     with torch.no_grad():  # within the table it runs
-        assert torch.isfinite(lm.models[0](tokens[:, :max_positions])[0]).all()
+        assert torch.isfinite(lm.models[0](tokens[:, : UNIQUE_MAX_DISTANCE + 1])[0]).all()

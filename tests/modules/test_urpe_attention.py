@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from fairseq_urpe.modules import RelativeMultiheadAttention, T5RelativeBias, ToeplitzReweighting
+from tests.capabilities import needs_cpu_float16
 from tests.reference import causal_mask, dense_attention, index_matrix, t5_bucket, unique_index
 
 EMBED, HEADS = 12, 3  # head dim 4
@@ -124,6 +125,7 @@ def test_inputs_far_beyond_the_bucket_range_stay_finite_and_normalised(kind):
         torch.testing.assert_close(weights.sum(-1), torch.ones(HEADS, 2, 200, dtype=torch.float64))
 
 
+@needs_cpu_float16
 def test_half_precision_adds_bias_and_takes_softmax_in_float32():
     attn = make_attention("urpe_bucketed", seed=2).float()
     with torch.no_grad():
@@ -141,7 +143,7 @@ def test_half_precision_adds_bias_and_takes_softmax_in_float32():
     torch.testing.assert_close(out.float(), want, rtol=0, atol=5e-2)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, pytest.param(torch.float16, marks=needs_cpu_float16)])
 def test_cpu_autocast_runs_without_overflow(dtype):
     attn = make_attention("urpe_unique", seed=4).float()
     x = torch.randn(16, 2, EMBED, requires_grad=True)
