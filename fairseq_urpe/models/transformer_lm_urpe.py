@@ -35,8 +35,13 @@ class RelativeTransformerLanguageModel(TransformerLanguageModel):
         if safe_getattr(args, "urpe_max_distance", None) is None:
             args.urpe_max_distance = safe_getattr(args, "tokens_per_sample", 1024) - 1
         # The parent builds the token embeddings (plain, adaptive or character) and checks the adaptive
-        # options; its decoder is discarded for ours, which shares those embeddings.
-        stock = super().build_model(args, task)
+        # options; its decoder is discarded for ours, which shares those embeddings. Building that
+        # decoder without layers saves seconds and ~1 GB at the wiki103 size.
+        layers, args.decoder_layers = args.decoder_layers, 0
+        try:
+            stock = super().build_model(args, task)
+        finally:
+            args.decoder_layers = layers
         decoder = RelativeTransformerDecoder(args, task.target_dictionary, stock.decoder.embed_tokens, no_encoder_attn=True)
         return cls(decoder)
 

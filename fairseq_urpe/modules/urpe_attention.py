@@ -103,16 +103,17 @@ class RelativeMultiheadAttention(MultiheadAttention):
         key_positions = torch.arange(src_len, device=query.device)  # (S,)
         query_positions = key_positions[src_len - tgt_len :]  # (T,): the last T of the S positions
 
+        # In place below: neither matmul, the upcast, add nor masked_fill needs its output for backward.
         scores = at_least_float32(torch.matmul(q, k.transpose(2, 3)))  # (B, H, T, S)
         if self.position_bias is not None:
-            scores = scores + self.position_bias(query_positions, key_positions)  # + (H, T, S)
+            scores += self.position_bias(query_positions, key_positions)  # (H, T, S)
         if key_padding_mask is not None:
             # A finite floor, not -inf: a row whose visible keys are all padding (left-padded prompts)
             # stays finite instead of NaN. The causal -inf is added after, so future keys stay excluded.
             pad = key_padding_mask.to(torch.bool)[:, None, None, :]  # (B, 1, 1, S)
-            scores = scores.masked_fill(pad, torch.finfo(scores.dtype).min)
+            scores.masked_fill_(pad, torch.finfo(scores.dtype).min)
         if attn_mask is not None:
-            scores = scores + at_least_float32(attn_mask)  # + (T, S)
+            scores += at_least_float32(attn_mask)  # (T, S)
         weights = torch.softmax(scores, dim=-1)  # (B, H, T, S), at least float32
         if self.toeplitz is not None:
             weights = weights * self.toeplitz(query_positions, key_positions)

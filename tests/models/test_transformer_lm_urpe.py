@@ -66,6 +66,7 @@ def test_built_models_use_relative_attention_and_no_absolute_embeddings(build_lm
     assert rpe.decoder.layers[0].self_attn.toeplitz is None
     assert urpe.decoder.layers[0].self_attn.toeplitz.parameterisation == "bucketed"
     assert cfg.model.urpe_max_distance == 15  # resolved from --tokens-per-sample 16 and saved in the config
+    assert len(urpe.decoder.layers) == cfg.model.decoder_layers == 2  # restored after the parent's build
     with_absolute, _ = build_lm("transformer_lm_urpe_tiny", "--absolute-positions")
     assert with_absolute.decoder.embed_positions is not None
 
