@@ -41,7 +41,8 @@ class RelativeTransformerLanguageModel(TransformerLanguageModel):
         try:
             stock = super().build_model(args, task)
         finally:
-            args.decoder_layers = layers
+            if args.decoder_layers == 0:  # else the parent set it from --decoder-layers-to-keep
+                args.decoder_layers = layers
         decoder = RelativeTransformerDecoder(args, task.target_dictionary, stock.decoder.embed_tokens, no_encoder_attn=True)
         return cls(decoder)
 

@@ -71,6 +71,11 @@ def test_built_models_use_relative_attention_and_no_absolute_embeddings(build_lm
     assert with_absolute.decoder.embed_positions is not None
 
 
+def test_decoder_layers_to_keep_is_honoured(build_lm):
+    model, cfg = build_lm("transformer_lm_urpe_tiny", "--decoder-layers", "3", "--decoder-layers-to-keep", "0,2")
+    assert len(model.decoder.layers) == cfg.model.decoder_layers == 2
+
+
 def test_position_parameters_are_shared_across_layers_unless_per_layer(build_lm):
     shared, _ = build_lm("transformer_lm_urpe_tiny", "--decoder-layers", "3")
     per_layer, _ = build_lm("transformer_lm_urpe_tiny", "--decoder-layers", "3", "--rpe-per-layer")
