@@ -12,8 +12,8 @@
 #   ARCHS         architectures to compare              (default: transformer_lm transformer_lm_rpe transformer_lm_urpe)
 # A GPU is used when torch sees one; otherwise --cpu.
 set -euo pipefail
+if [ "${1:-}" = "--help" ]; then sed -n '2,13p' "$0"; exit 0; fi
 cd "$(dirname "$0")/.."
-if [ "${1:-}" = "--help" ]; then sed -n '2,15p' "$0"; exit 0; fi
 DEMO_DIR=${DEMO_DIR:-demo-out}
 MAX_UPDATE=${MAX_UPDATE:-500}
 TOKENS=${TOKENS:-128}

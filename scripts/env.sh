@@ -8,10 +8,10 @@
 # To bring your own torch: create the venv with --system-site-packages over a Python that has it,
 # or install torch into $URPE_VENV first; an importable torch is never replaced.
 set -euo pipefail
+if [ "${1:-}" = "--help" ]; then sed -n '2,9p' "$0"; exit 0; fi
 cd "$(dirname "$0")/.."
 VENV=${URPE_VENV:-.venv}
 PY=${URPE_PYTHON:-python3}
-if [ "${1:-}" = "--help" ]; then sed -n '2,10p' "$0"; exit 0; fi
 
 if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import fairseq, fairseq_urpe, pytest" 2>/dev/null; then
   echo "$VENV"; exit 0
