@@ -28,12 +28,14 @@ done
 VENV=$(bash scripts/env.sh)
 BIN="$VENV/bin"
 DEVICE=(--cpu)
-if "$BIN/python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then DEVICE=(); fi
+if "$BIN/python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  DEVICE=(--distributed-world-size 1)  # one GPU: the batch stays what the table says
+fi
 mkdir -p "$DEMO_DIR/logs"
 
 if [ ! -f "$DEMO_DIR/data-bin/test.bin" ]; then
   echo "== binarizing data/brown"
-  rm -rf "$DEMO_DIR/data-bin.tmp"
+  rm -rf "$DEMO_DIR/data-bin.tmp" "$DEMO_DIR/data-bin"
   "$BIN/fairseq-preprocess" --only-source --thresholdsrc 3 --workers 2 \
     --trainpref data/brown/train.txt --validpref data/brown/valid.txt --testpref data/brown/test.txt \
     --destdir "$DEMO_DIR/data-bin.tmp" > "$DEMO_DIR/logs/preprocess.log" 2>&1
@@ -48,6 +50,7 @@ SIZES=(--decoder-layers "$LAYERS" --decoder-embed-dim "$EMBED" --decoder-ffn-emb
        --decoder-attention-heads "$HEADS" --share-decoder-input-output-embed)
 for arch in $ARCHS; do
   echo "== training $arch ($MAX_UPDATE updates)"
+  rm -rf "$DEMO_DIR/checkpoints/$arch"  # a rerun trains afresh instead of resuming an old model
   start=$(date +%s)
   "$BIN/fairseq-train" "$DEMO_DIR/data-bin" --user-dir fairseq_urpe --task language_modeling \
     --arch "$arch" "${SIZES[@]}" "${DEVICE[@]}" --num-workers 0 \

@@ -2,9 +2,9 @@
 # Create (once) the Python environment the demo and the tests run in, then print its path.
 #   URPE_VENV    where the virtual environment lives          (default: .venv in the repository)
 #   URPE_PYTHON  interpreter used to create it                (default: python3)
-#   TORCH_SPEC   torch requirement when torch is not present  (default: torch==2.13.0 on CPU-only
-#                machines; plain torch, i.e. a CUDA build, where nvidia-smi finds a GPU)
-#   TORCH_PIP_ARGS extra pip arguments for torch, e.g. an index URL that serves CPU wheels
+#   TORCH_SPEC   torch requirement when torch is not present  (default: torch==2.13.0, the tested one)
+#   TORCH_PIP_ARGS extra pip arguments for torch (default: none). PyPI's torch is a CUDA build; on a
+#                CPU-only machine without a local CPU wheel, pass an index URL that serves CPU wheels.
 # To bring your own torch: create the venv with --system-site-packages over a Python that has it,
 # or install torch into $URPE_VENV first; an importable torch is never replaced.
 set -euo pipefail
@@ -21,11 +21,7 @@ fi
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
   pip=("$VENV/bin/python" -m pip install --disable-pip-version-check -q)
   if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
-    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-      spec=${TORCH_SPEC:-torch}
-    else
-      spec=${TORCH_SPEC:-torch==2.13.0}
-    fi
+    spec=${TORCH_SPEC:-torch==2.13.0}
     echo "== installing $spec ${TORCH_PIP_ARGS:-}"
     # shellcheck disable=SC2086
     "${pip[@]}" "$spec" ${TORCH_PIP_ARGS:-}

@@ -34,6 +34,10 @@ class RelativeTransformerLanguageModel(TransformerLanguageModel):
     def build_model(cls, args, task):
         if safe_getattr(args, "urpe_max_distance", None) is None:
             args.urpe_max_distance = safe_getattr(args, "tokens_per_sample", 1024) - 1
+        # Here rather than in the archs, so `--arch relative_transformer_lm` and hydra's
+        # `model=relative_transformer_lm` (which run no arch function) drop them too.
+        if not safe_getattr(args, "absolute_positions", False):
+            args.no_token_positional_embeddings = True
         # The parent builds the token embeddings (plain, adaptive or character) and checks the adaptive
         # options; its decoder is discarded for ours, which shares those embeddings. Building that
         # decoder without layers saves seconds and ~1 GB at the wiki103 size.
@@ -48,10 +52,8 @@ class RelativeTransformerLanguageModel(TransformerLanguageModel):
 
 
 def relative_lm_architecture(args, toeplitz):
-    """Relative-position defaults on top of ``base_lm_architecture``: no absolute embeddings, given ``C``."""
+    """``base_lm_architecture`` with the given ``C`` (absolute embeddings are dropped in ``build_model``)."""
     args.urpe_toeplitz = safe_getattr(args, "urpe_toeplitz", toeplitz)
-    keep_absolute = safe_getattr(args, "absolute_positions", False)
-    args.no_token_positional_embeddings = safe_getattr(args, "no_token_positional_embeddings", False) or not keep_absolute
     base_lm_architecture(args)
 
 

@@ -48,10 +48,9 @@ def test_all_architectures_are_registered_to_the_plugin_model():
                                                urpe_toeplitz="none")),
     ],
 )
-def test_presets_set_fairseq_sizes_and_drop_absolute_positions(arch, expected):
+def test_presets_set_fairseq_sizes(arch, expected):
     args = argparse.Namespace()
     ARCH_CONFIG_REGISTRY[arch](args)
-    assert args.no_token_positional_embeddings is True
     for key, value in expected.items():
         assert getattr(args, key) == value, key
 
@@ -69,6 +68,10 @@ def test_built_models_use_relative_attention_and_no_absolute_embeddings(build_lm
     assert len(urpe.decoder.layers) == cfg.model.decoder_layers == 2  # restored after the parent's build
     with_absolute, _ = build_lm("transformer_lm_urpe_tiny", "--absolute-positions")
     assert with_absolute.decoder.embed_positions is not None
+    # The model's own name is an arch too (fairseq registers it, with no arch function): still no APE.
+    bare, _ = build_lm("relative_transformer_lm", "--decoder-layers", "1")
+    assert bare.decoder.embed_positions is None
+    assert bare.decoder.layers[0].self_attn.toeplitz.parameterisation == "bucketed"
 
 
 def test_decoder_layers_to_keep_is_honoured(build_lm):
