@@ -14,7 +14,8 @@
 #                    (default: https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-103-v1.zip)
 #   EXPECTED_SIZE    size of the zip in bytes; empty skips the check   (default: 190229076)
 #   EXPECTED_SHA256  SHA-256 of the zip; empty skips the check          (default: 242ba0f2...539590)
-#   DOWNLOAD_DIR     where the zip is kept                           (default: $WT103_DIR/downloads)
+#   DOWNLOAD_DIR     where the zip is kept (wikitext-103-v1.zip; reused when it verifies)
+#                                                                    (default: $WT103_DIR/downloads)
 #   FORCE            1: redo even if $RAW_DIR/.done exists          (default: 0)
 # Relative paths are taken from the directory you run the script in.
 #
@@ -97,8 +98,7 @@ verify() {  # verify FILE: the size and SHA-256 match the knobs, or say how they
 }
 
 mkdir -p "$DOWNLOAD_DIR"
-zip=$DOWNLOAD_DIR/$(basename "${URL%%\?*}")
-case $zip in *.zip) ;; *) zip=$DOWNLOAD_DIR/wikitext-103-v1.zip ;; esac
+zip=$DOWNLOAD_DIR/wikitext-103-v1.zip  # whatever the URL calls it: its size and checksum say what it is
 if [ -f "$zip" ] && verify "$zip"; then
   note "using the verified $zip"
 else
