@@ -10,7 +10,7 @@
 # resumes from $SAVE_DIR/checkpoint_last.pt (fairseq's default), after checking that file is intact.
 #
 # Devices: GPUs per node (GPUS, found with nvidia-smi) over NNODES machines through torchrun; run the
-# same command on every node with its NODE_RANK. CPU_PROCS=N instead trains with N CPU processes on
+# same command on every node with its NODE_RANK, with WT103_DIR on a file system all nodes share. CPU_PROCS=N instead trains with N CPU processes on
 # this machine (gloo; explicit ranks, since fairseq ignores torchrun with --cpu). SMOKE=1: a tiny model
 # (2 layers, width 64, adaptive input/softmax cut at 1/4 and 1/2 of the vocabulary, no dropout) on 64-token
 # blocks, 256 tokens per batch, 512 per update, 40 updates; on CPU when there is no GPU.
@@ -249,5 +249,8 @@ else
     die "fairseq-train failed on $failed; the other ranks were stopped"
   fi
 fi
-[ -f "$SAVE_DIR/checkpoint_last.pt" ] || die "fairseq-train ended without writing $SAVE_DIR/checkpoint_last.pt"
+# Global rank 0 (on node 0) writes the checkpoints; the other nodes see them on the shared file system.
+if [ "$NODE_RANK" = 0 ]; then
+  [ -f "$SAVE_DIR/checkpoint_last.pt" ] || die "fairseq-train ended without writing $SAVE_DIR/checkpoint_last.pt"
+fi
 note "trained $ARCH: $SAVE_DIR/checkpoint_last.pt"
