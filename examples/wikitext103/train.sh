@@ -38,7 +38,7 @@
 #   SAVE_INTERVAL_UPDATES KEEP_INTERVAL_UPDATES  checkpoint_<epoch>_<updates>.pt every N updates, keep K
 #                                                              (default: 2000 2; SMOKE: 20 2)
 #   LOG_INTERVAL NUM_WORKERS  --log-interval, --num-workers    (default: 100 2; SMOKE: 5 0)
-#   EXTRA_ARGS       appended to fairseq-train's arguments      (default: none)
+#   EXTRA_ARGS       appended to fairseq-train's arguments, split on spaces (default: none)
 #   DRY_RUN          1: check everything, print the launch command, do not train (default: 0)
 #   URPE_VENV        Python environment with fairseq           (default: .venv in the repository)
 # Relative paths are taken from the directory you run the script in.

@@ -119,7 +119,7 @@ class RecipeRuns:
 
     def _baselines(self):
         self.get("data")["binarize"].check()
-        return self.run("run_baselines.sh", SMOKE=1, ARCHS=" ".join(PIPELINE_ARCHS))
+        return self.run("run_baselines.sh", timeout=900, SMOKE=1, ARCHS=" ".join(PIPELINE_ARCHS))
 
     def _distributed(self):
         self.get("data")["binarize"].check()
