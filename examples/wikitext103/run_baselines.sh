@@ -4,9 +4,9 @@
 # ($RESULTS_DIR/baselines[-smoke].md and .json). Run prepare.sh and binarize.sh first.
 #
 # ARCHS defaults to fairseq's stock transformer_lm_wiki103 (Baevski & Auli: sinusoidal absolute
-# positions) followed by every transformer_lm_*_wiki103 arch the plugin registers (looked up in
-# fairseq's registry at run time): transformer_lm_rpe_wiki103, transformer_lm_urpe_wiki103, then any
-# other position kinds in alphabetical order. An arch that fails is marked in the table; the others
+# positions) followed by the plugin's RPE and URPE archs of every position kind (read from the
+# plugin at run time): transformer_lm_{rpe,urpe,alibi,urpe_alibi,log,urpe_log,learned,urpe_learned,
+# nope,urpe_nope}_wiki103, 11 in all. The dot-product-free (_dpf) and _ape variants run when named. An arch that fails is marked in the table; the others
 # still run; the script then exits 1. Every knob of train.sh and eval.sh applies to all runs (GPUS,
 # NNODES, SMOKE, ...; on several nodes, run this same command on each node with its NODE_RANK), except
 # RUN_NAME, SAVE_DIR, CHECKPOINT and RESULTS_DIR, which each run derives from its arch.
@@ -33,15 +33,15 @@ TABLE_DIR=$(abspath "${TABLE_DIR:-$WT103_DIR/results}")
 find_venv
 if [ -z "${ARCHS:-}" ]; then
   ARCHS=$("$BIN/python" - "$REPO" <<'PY'
-import re, sys
+import sys
 sys.path.insert(0, sys.argv[1])
-import fairseq_urpe  # noqa: F401  (registers the plugin's archs)
-from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+from fairseq_urpe.models.architectures import KINDS  # registers the plugin's archs too
 
-plugin = [arch for arch, model in ARCH_MODEL_NAME_REGISTRY.items()
-          if re.fullmatch(r"transformer_lm_\w+_wiki103", arch) and model != "transformer_lm"]
-first = ["transformer_lm_rpe_wiki103", "transformer_lm_urpe_wiki103"]
-print(" ".join(["transformer_lm_wiki103"] + [a for a in first if a in plugin] + sorted(set(plugin) - set(first))))
+variants = []
+for kind in KINDS:
+    if kind != "ape":  # stock transformer_lm_wiki103 is the absolute-position baseline
+        variants += [kind, "urpe" if kind == "rpe" else f"urpe_{kind}"]
+print(" ".join(["transformer_lm_wiki103"] + [f"transformer_lm_{v}_wiki103" for v in variants]))
 PY
   )
 fi
