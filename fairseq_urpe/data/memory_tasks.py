@@ -7,8 +7,11 @@ sequence modeling": targets with memory, for causal models. Inputs ``x`` are (B,
                (the lag t - s(t) is chosen by the input; 0 where no earlier position matches)
     nested     y_t = x_{s(t)+1}[0]  (the same search, then one step forward: an induction head, which
                needs a previous-token layer below the matching one)
-    exp        y_t = sum_{s>=0} rho(s) x_{t-s}[0],  rho(s) = exp(-s / tau) / Z
-    poly       y_t = sum_{s>=0} rho(s) x_{t-s}[0],  rho(s) = (1 + s)^(-alpha) / Z
+    exp        y_t = sum_{s=0..t} rho(s) x_{t-s}[0] / Z_t,  rho(s) = exp(-s / tau)
+    poly       y_t = sum_{s=0..t} rho(s) x_{t-s}[0] / Z_t,  rho(s) = (1 + s)^(-alpha)
+               Z_t = sum_{s=0..t} rho(s): a weighted average of the available past at every t. Wang & E
+               take an infinite past, where Z is one constant; a finite sequence has a start, and this
+               keeps the target a kernel *shape* question there (softmax also renormalises over t + 1 keys).
 Channel 0 carries the value (standard normal); channels 1..K carry a one-hot marker (adaptive, nested).
 """
 
@@ -19,11 +22,10 @@ MEMORY_TASKS = ("fixed", "adaptive", "nested", "exp", "poly")
 DEFAULT_LAGS = (1, 8, 32)
 
 
-def decay_kernel(task: str, length: int, tau: float = 4.0, alpha: float = 1.5) -> np.ndarray:
-    """``rho(0..length-1)``, normalised to sum 1 over ``length``."""
+def decay_kernel(task: str, length: int, tau: float = 4.0, alpha: float = 1.0) -> np.ndarray:
+    """``rho(0..length-1)``, unnormalised."""
     s = np.arange(length, dtype=np.float64)
-    rho = np.exp(-s / tau) if task == "exp" else (1.0 + s) ** (-alpha)
-    return rho / rho.sum()
+    return np.exp(-s / tau) if task == "exp" else (1.0 + s) ** (-alpha)
 
 
 def lagged(values: np.ndarray, lag: int) -> np.ndarray:
@@ -34,14 +36,14 @@ def lagged(values: np.ndarray, lag: int) -> np.ndarray:
     return out
 
 
-def memory_targets(task, values, markers=None, lags=DEFAULT_LAGS, tau=4.0, alpha=1.5):
+def memory_targets(task, values, markers=None, lags=DEFAULT_LAGS, tau=4.0, alpha=1.0):
     """Targets (B, T) from values (B, T) (and markers (B, T) ints for adaptive/nested), float64."""
     batch, length = values.shape
     if task == "fixed":
         return sum(lagged(values, lag) for lag in lags)
     if task in ("exp", "poly"):
         rho = decay_kernel(task, length, tau, alpha)
-        return sum(rho[s] * lagged(values, s) for s in range(length))
+        return sum(rho[s] * lagged(values, s) for s in range(length)) / np.cumsum(rho)  # / Z_t
     if task in ("adaptive", "nested"):
         shift = 1 if task == "nested" else 0
         out = np.zeros_like(values)

@@ -32,14 +32,13 @@ def test_nested_memory_reads_one_after_the_match():
     ("exp", np.exp(-np.arange(3) / 2.0)),
     ("poly", (1.0 + np.arange(3)) ** -1.0),
 ])
-def test_decaying_memories_convolve_the_normalised_kernel(task, rho):
-    rho = rho / rho.sum()
-    kernel = decay_kernel(task, 3, tau=2.0, alpha=1.0)
-    assert np.allclose(kernel, rho)
+def test_decaying_memories_average_the_available_past_with_the_kernel(task, rho):
+    assert np.allclose(decay_kernel(task, 3, tau=2.0, alpha=1.0), rho)
+    z = np.cumsum(rho)  # Z_t = rho(0) + ... + rho(t)
     impulse = np.array([[1.0, 0.0, 0.0]])
-    assert np.allclose(memory_targets(task, impulse, tau=2.0, alpha=1.0), [rho])
+    assert np.allclose(memory_targets(task, impulse, tau=2.0, alpha=1.0), [rho / z])
     values = np.array([[1.0, 2.0, 3.0]])
-    expected = [rho[0] * 1, rho[0] * 2 + rho[1] * 1, rho[0] * 3 + rho[1] * 2 + rho[2] * 1]
+    expected = [1.0, (rho[0] * 2 + rho[1] * 1) / z[1], (rho[0] * 3 + rho[1] * 2 + rho[2] * 1) / z[2]]
     assert np.allclose(memory_targets(task, values, tau=2.0, alpha=1.0), [expected])
 
 
