@@ -20,6 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 MODELS = ("rpe", "urpe", "ape", "nope")
 TASKS = ("etp", "pi")
+COLORS = {"rpe": "tab:green", "urpe": "tab:red", "ape": "tab:blue", "nope": "tab:orange"}  # same in every plot
 # Luo et al. (NeurIPS 2022), section 5.1 / Table 1, as stated in the paper's text: URPE reaches 100% on
 # both tasks and RPE does not; APE solves them (absolute positions); NoPE cannot (permutation-equivariant).
 PAPER = {
@@ -90,12 +91,10 @@ def plot(results, path):
         for (t, model), r in sorted(results.items()):
             if t != task:
                 continue
+            color = COLORS.get(model)
             if r["curves"]["train"]:
                 xs, ys = zip(*r["curves"]["train"])
-                line, = ax.plot(xs, ys, alpha=0.35, linewidth=1)
-                color = line.get_color()
-            else:
-                color = None
+                ax.plot(xs, ys, alpha=0.35, linewidth=1, color=color)
             if r["curves"]["valid"]:
                 xs, ys = zip(*r["curves"]["valid"])
                 ax.plot(xs, ys, marker="o", color=color, label=f"{model} (valid)")

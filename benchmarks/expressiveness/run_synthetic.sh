@@ -22,7 +22,7 @@ done
 VENV=$(bash scripts/env.sh)
 ARGS=(--size "$SIZE" --tasks "$TASKS" --models "$MODELS" --seed "$SEED" --jobs "$JOBS" --out "$OUT" --extra "$EXTRA_ARGS")
 for pair in max-update:MAX_UPDATE vocab:VOCAB seq-len:SEQ_LEN batch:BATCH lr:LR warmup:WARMUP valid-every:VALID_EVERY; do
-  value=${!pair#*:}
+  value=${pair#*:}
   if [ -n "${!value:-}" ]; then ARGS+=("--${pair%%:*}" "${!value}"); fi
 done
 if "$VENV/bin/python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then ARGS+=(--gpu); fi
