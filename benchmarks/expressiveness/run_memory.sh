@@ -5,7 +5,7 @@
 #   ONLY    experiments among: heads dpf depth urpe                   (default: all four)
 #   OUT     output folder (memory_results.md, memory_results.json, memory.png)  (default: benchmark-out/memory)
 set -euo pipefail
-if [ "${1:-}" = "--help" ]; then sed -n '2,7p' "$0"; exit 0; fi
+if [ "${1:-}" = "--help" ]; then sed -n '2,6p' "$0"; exit 0; fi
 cd "$(dirname "$0")/../.."
 QUICK=${QUICK:-1} ONLY=${ONLY:-heads dpf depth urpe} OUT=${OUT:-benchmark-out/memory}
 for knob in QUICK ONLY OUT; do printf '%s=%s\n' "$knob" "${!knob}"; done

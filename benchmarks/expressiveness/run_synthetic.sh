@@ -12,7 +12,7 @@
 #   EXTRA_ARGS   more fairseq-train flags for every run          (default: none)
 # A GPU is used when torch sees one; otherwise --cpu.
 set -euo pipefail
-if [ "${1:-}" = "--help" ]; then sed -n '2,14p' "$0"; exit 0; fi
+if [ "${1:-}" = "--help" ]; then sed -n '2,13p' "$0"; exit 0; fi
 cd "$(dirname "$0")/../.."
 SIZE=${SIZE:-cpu} TASKS=${TASKS:-etp pi} MODELS=${MODELS:-rpe urpe ape nope} SEED=${SEED:-1} JOBS=${JOBS:-2}
 OUT=${OUT:-benchmark-out/synthetic-$SIZE} EXTRA_ARGS=${EXTRA_ARGS:-}
