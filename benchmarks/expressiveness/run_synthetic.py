@@ -48,8 +48,7 @@ def train_command(out, task, model, size, a):
         "--log-format", "json", "--log-interval", max(1, a.valid_every // 5), "--no-progress-bar",
         *a.extra.split(),
     ]
-    if not a.gpu:
-        cmd.append("--cpu")
+    cmd += ["--distributed-world-size", "1"] if a.gpu else ["--cpu"]  # one GPU per run: the batch is what it says
     return [str(c) for c in cmd], log
 
 
