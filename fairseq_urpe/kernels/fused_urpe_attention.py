@@ -37,7 +37,7 @@ def _scores_and_probabilities(
     visible = (distance >= 0) & (rows[:, None] < T) & (cols[None, :] < T)
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * scale
     if HAS_BIAS:
-        s += tl.load(BIAS + h * stride_bias_h + distance, mask=visible, other=0.0)
+        s += tl.load(BIAS + h * stride_bias_h + tl.maximum(distance, 0), mask=visible, other=0.0)
     if HAS_PAD:
         padded = tl.load(PAD + b * stride_pad_b + cols, mask=cols < T, other=1) != 0  # (BLOCK_N,)
         s = tl.where(padded[None, :], PAD_SCORE, s)
@@ -88,7 +88,7 @@ def _forward_kernel(
         visible = (distance >= 0) & (cols[None, :] < T)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * scale
         if HAS_BIAS:
-            s += tl.load(BIAS + h * stride_bias_h + distance, mask=visible, other=0.0)
+            s += tl.load(BIAS + h * stride_bias_h + tl.maximum(distance, 0), mask=visible, other=0.0)
         if HAS_PAD:
             padded = tl.load(PAD + b * stride_pad_b + cols, mask=cols < T, other=1) != 0
             s = tl.where(padded[None, :], PAD_SCORE, s)
@@ -100,7 +100,7 @@ def _forward_kernel(
         p = tl.exp(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
         if HAS_C:
-            p = p * tl.load(CTAB + h * stride_c_h + distance, mask=visible, other=0.0)
+            p = p * tl.load(CTAB + h * stride_c_h + tl.maximum(distance, 0), mask=visible, other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=ACC)
         m_i = m_new
 
@@ -188,7 +188,7 @@ def _backward_dkdv_kernel(
             HAS_BIAS, HAS_PAD, PRECISION, ACC)
         dw = tl.dot(do, tl.trans(v), input_precision=PRECISION, out_dtype=ACC)  # (BLOCK_M, BLOCK_N)
         if HAS_C:
-            c = tl.load(CTAB + h * stride_c_h + distance, mask=visible, other=0.0)
+            c = tl.load(CTAB + h * stride_c_h + tl.maximum(distance, 0), mask=visible, other=0.0)
             w = p * c
             dp = dw * c
         else:
@@ -251,7 +251,7 @@ def _backward_dq_kernel(
             HAS_BIAS, HAS_PAD, PRECISION, ACC)
         dw = tl.dot(do, tl.trans(v), input_precision=PRECISION, out_dtype=ACC)
         if HAS_C:
-            dp = dw * tl.load(CTAB + h * stride_c_h + distance, mask=visible, other=0.0)
+            dp = dw * tl.load(CTAB + h * stride_c_h + tl.maximum(distance, 0), mask=visible, other=0.0)
         else:
             dp = dw
         ds = tl.where(unpadded, p * (dp - delta[:, None]), 0.0)

@@ -14,6 +14,7 @@ import torch
 from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
+from ..kernels.dispatch import fused_relative_attention, use_fused_attention
 from .precision import at_least_float32
 
 
@@ -28,6 +29,7 @@ class RelativeMultiheadAttention(MultiheadAttention):
         position_bias: module ``(query_positions (T,), key_positions (S,)) -> (H, T, S)`` added to the
             scores, or ``None`` (no bias).
         toeplitz: module of the same call shape multiplied onto the probabilities, or ``None`` (RPE).
+        attention_impl: ``auto``, ``dense`` or ``fused``: see :mod:`fairseq_urpe.kernels.dispatch`.
     """
 
     def __init__(
@@ -40,6 +42,7 @@ class RelativeMultiheadAttention(MultiheadAttention):
         bias: bool = True,
         q_noise: float = 0.0,
         qn_block_size: int = 8,
+        attention_impl: str = "auto",
     ):
         super().__init__(
             embed_dim,
@@ -52,6 +55,7 @@ class RelativeMultiheadAttention(MultiheadAttention):
         )
         self.position_bias = position_bias
         self.toeplitz = toeplitz
+        self.attention_impl = attention_impl
 
     def forward(
         self,
@@ -99,6 +103,12 @@ class RelativeMultiheadAttention(MultiheadAttention):
             saved["prev_key_padding_mask"] = key_padding_mask
             self._set_input_buffer(incremental_state, saved)
         src_len = k.size(2)
+
+        dropout_active = self.dropout_module.p > 0 and (self.training or self.dropout_module.apply_during_inference)
+        if use_fused_attention(self.attention_impl, q, attn_mask, incremental_state is not None, need_weights,
+                               dropout_active, getattr(self, "dot_product", True)):
+            out = fused_relative_attention(q, k, v, self.position_bias, self.toeplitz, key_padding_mask)  # (B, H, T, d)
+            return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None
 
         key_positions = torch.arange(src_len, device=query.device)  # (S,)
         query_positions = key_positions[src_len - tgt_len :]  # (T,): the last T of the S positions
