@@ -1,6 +1,7 @@
 """Shared pieces of the benchmarks: the machine record, models built through fairseq, timing, JSON output."""
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -18,7 +19,8 @@ import torch
 
 # fairseq and hydra warn about their own deprecations on every model build; the benchmarks print tables.
 warnings.filterwarnings("ignore")
-logging.getLogger("fairseq").setLevel(logging.WARNING)
+for _name in ("fairseq", "hydra"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(REPO, "fairseq_urpe")
@@ -60,6 +62,7 @@ def print_machine(info: Dict[str, object]) -> None:
     print("machine: " + ", ".join(f"{k}={v}" for k, v in info.items()), flush=True)
 
 
+@functools.lru_cache(maxsize=None)
 def base_size_archs() -> List[str]:
     """``transformer_lm`` and every plugin arch registered now with the same sizes (new kinds included).
 
@@ -67,16 +70,15 @@ def base_size_archs() -> List[str]:
     own name (``relative_transformer_lm``, registered by fairseq as an arch too) is skipped.
     """
     import fairseq_urpe  # noqa: F401  (registers the archs)
-    from fairseq import options
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq.models import ARCH_MODEL_REGISTRY
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
     from fairseq_urpe.models.transformer_lm_urpe import RelativeTransformerLanguageModel
 
-    def sizes(arch):  # as fairseq-train would resolve them: dataclass defaults, then the arch preset
-        argv = [dictionary_dir(8), "--task", "language_modeling", "--arch", arch, "--user-dir", USER_DIR]
-        args = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv)).model
+    def sizes(arch):  # as fairseq-train resolves them: the arch preset, then the model's dataclass defaults
+        args = argparse.Namespace()
+        ARCH_CONFIG_REGISTRY[arch](args)
+        defaults = getattr(ARCH_MODEL_REGISTRY[arch], "__dataclass")()
         keys = ("decoder_layers", "decoder_embed_dim", "decoder_ffn_embed_dim", "decoder_attention_heads")
-        return tuple(getattr(args, key, None) for key in keys)
+        return tuple(getattr(args, key, getattr(defaults, key, None)) for key in keys)
 
     stock = sizes(STOCK_ARCH)
     found = [
@@ -145,21 +147,57 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def timed(fn, repeats: int) -> float:
-    """Median seconds of ``fn()`` over ``repeats`` runs."""
-    times = []
+def clock():
+    """``(wall seconds, CPU seconds of this process)``, after the GPU (if any) has finished its queue.
+
+    On a shared CPU machine wall time also counts the time other processes hold the cores; CPU time
+    counts only this process's work (all its threads), so ratios of CPU time stay meaningful under
+    load. With ``--threads 1`` it equals the wall time an idle core would take, up to cache effects.
+    """
+    synchronize()
+    return time.perf_counter(), time.process_time()
+
+
+def timed(fn, repeats: int):
+    """Median ``(wall seconds, CPU seconds)`` of ``fn()`` over ``repeats`` runs."""
+    walls, cpus = [], []
     for _ in range(repeats):
-        synchronize()
-        start = time.perf_counter()
+        wall, cpu = clock()
         fn()
-        synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        wall_end, cpu_end = clock()
+        walls.append(wall_end - wall)
+        cpus.append(cpu_end - cpu)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def median_ratio(numerators: List[float], denominators: List[float]) -> float:
     """Median of per-round ratios: each round's numbers were taken minutes apart at most."""
     return statistics.median(n / d for n, d in zip(numerators, denominators))
+
+
+def peak_memory_bytes(step, live_before: int = 0) -> int:
+    """Peak live tensor bytes while ``step()`` runs.
+
+    CUDA: ``torch.cuda.max_memory_allocated``. CPU, where torch keeps no such counter: ``live_before``
+    (what was live at the start, e.g. parameters and optimizer state, which the caller knows) plus the
+    highest "Total Allocated" that torch's profiler (``profile_memory=True``) records during the step,
+    the running sum of the step's own allocations minus its frees. Like the CUDA number it counts live
+    tensors, unaffected by the allocator's caching that blurs the process RSS.
+    """
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        return torch.cuda.max_memory_allocated()
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    with tempfile.NamedTemporaryFile(suffix=".json") as trace:
+        prof.export_chrome_trace(trace.name)
+        with open(trace.name) as f:
+            events = json.load(f)["traceEvents"]
+    during = [e["args"]["Total Allocated"] for e in events if e.get("name") == "[memory]"]
+    return live_before + max([0] + during)
 
 
 def write_json(path: str, payload: Dict[str, object]) -> None:
@@ -182,5 +220,7 @@ def apply_threads(threads) -> None:
         torch.set_num_threads(threads)
 
 
-def command_line() -> str:
-    return " ".join([os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:])
+def command_line(script: str, argv=None) -> str:
+    """How the benchmark was invoked: ``python benchmarks/<script>.py <arguments>``."""
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    return " ".join(["python", os.path.relpath(os.path.abspath(script), REPO)] + arguments)
