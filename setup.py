@@ -19,6 +19,8 @@ setup(
         "sacremoses",
         "sentencepiece",
         "tensorboardX",
+        # The fused attention kernel (fairseq_urpe/kernels); elsewhere the dense attention runs.
+        'triton==3.9.0; platform_system == "Linux" and platform_machine == "x86_64" and python_version >= "3.11"',
     ],
     extras_require={"test": ["pytest>=7", "pytest-timeout"]},
 )

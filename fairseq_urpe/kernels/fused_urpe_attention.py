@@ -267,7 +267,7 @@ def _backward_dq_kernel(
 
 # Tiles (BLOCK_M queries, BLOCK_N keys, warps) of the three kernels, and which backward kernel adds the
 # table gradients. Chosen on a machine without a GPU: the largest tiles that ptxas (sm_90, bf16, head dim
-# 64) compiles without register spills; untimed (benchmarks/attention_micro.py --blocks tries others).
+# 64) compiles without register spills; untimed (benchmarks/fused_kernel.py --blocks tries others).
 GPU_BLOCKS = dict(forward=(128, 64, 8), dkdv=(32, 128, 8), dq=(128, 32, 8), table_grads="dq", num_stages=2)
 # Under the interpreter: small tiles, both shapes of dK/dQ tiles, so tests exercise both shears.
 INTERPRETER_BLOCKS = dict(forward=(16, 16, 1), dkdv=(16, 32, 1), dq=(32, 16, 1), table_grads="dq", num_stages=1)
@@ -292,10 +292,6 @@ def _precision(dtype: torch.dtype) -> str:
     return "ieee"
 
 
-def _strides4(x: torch.Tensor):
-    return tuple(x.stride())
-
-
 class FusedCausalURPEAttention(torch.autograd.Function):
     """Autograd wrapper of the Triton kernels; use :func:`fused_causal_urpe_attention`."""
 
@@ -316,7 +312,7 @@ class FusedCausalURPEAttention(torch.autograd.Function):
         block_m, block_n, warps = cfg["forward"]
         _forward_kernel[(triton.cdiv(length, block_m), batch * heads)](
             q, k, v, bias, ctab, pad, out, row_max, row_sum,
-            *_strides4(q), *_strides4(k), *_strides4(v), *_strides4(out),
+            *q.stride(), *k.stride(), *v.stride(), *out.stride(),
             bias.stride(0) if bias_by_distance is not None else 0,
             ctab.stride(0) if c_by_distance is not None else 0,
             pad.stride(0) if key_padding_mask is not None else 0,
@@ -349,7 +345,7 @@ class FusedCausalURPEAttention(torch.autograd.Function):
         d_bias = torch.zeros_like(bias) if bias_grad else row_max  # (H, >= T), like the table
         d_c = torch.zeros_like(ctab) if c_grad else row_max
         common = (
-            *_strides4(q), *_strides4(k), *_strides4(v), *_strides4(grad_out),
+            *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(),
             bias.stride(0) if has_bias else 0, ctab.stride(0) if has_c else 0, pad.stride(0) if has_pad else 0,
             heads, length, head_dim, ctx.scale,
         )

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from ..kernels.dispatch import fused_relative_attention, use_fused_attention
 from .precision import at_least_float32
-from .reweighted_softmax import softmax_reweight_values
+from .reweighted_softmax import expand_by_distance, softmax_reweight_values
 
 
 class RelativeMultiheadAttention(MultiheadAttention):
@@ -119,12 +119,12 @@ class RelativeMultiheadAttention(MultiheadAttention):
         distance_index = query_positions[:, None] - key_positions[None, :] + (src_len - 1)  # (T, S)
 
         def by_distance(module: nn.Module) -> Tensor:
-            return module(distances, distances[src_len - 1 : src_len])[:, :, 0][:, distance_index]  # (H, T, S)
+            return module(distances, distances[src_len - 1 : src_len])[:, :, 0]  # (H, 2S - 1)
 
         # In place below: neither matmul, the upcast, add nor masked_fill needs its output for backward.
         scores = at_least_float32(torch.matmul(q, k.transpose(2, 3)))  # (B, H, T, S)
         if self.position_bias is not None:
-            scores += by_distance(self.position_bias)  # (H, T, S)
+            scores += expand_by_distance(by_distance(self.position_bias), distance_index)  # (H, T, S)
         if key_padding_mask is not None:
             # A finite floor, not -inf: a row whose visible keys are all padding (left-padded prompts)
             # stays finite instead of NaN. The causal -inf is added after, so future keys stay excluded.
@@ -132,14 +132,14 @@ class RelativeMultiheadAttention(MultiheadAttention):
             scores.masked_fill_(pad, torch.finfo(scores.dtype).min)
         if attn_mask is not None:
             scores += at_least_float32(attn_mask)  # (T, S)
-        toeplitz = by_distance(self.toeplitz) if self.toeplitz is not None else None  # (H, T, S)
-        if toeplitz is not None and not need_weights and not dropout_active:
-            # The same math, keeping only softmax(S) for backward (not also A ⊙ C): URPE's memory is RPE's.
-            out = softmax_reweight_values(scores, toeplitz, v)  # (B, H, T, d)
+        c_table = by_distance(self.toeplitz) if self.toeplitz is not None else None  # (H, 2S - 1)
+        if c_table is not None and not need_weights and not dropout_active:
+            # The same math, keeping only softmax(S) for backward (not also A ⊙ C, C): URPE's memory is RPE's.
+            out = softmax_reweight_values(scores, c_table, distance_index, v)  # (B, H, T, d)
         else:
             weights = torch.softmax(scores, dim=-1)  # (B, H, T, S), at least float32
-            if toeplitz is not None:
-                weights = weights * toeplitz
+            if c_table is not None:
+                weights = weights * expand_by_distance(c_table, distance_index)
             out = torch.matmul(self.dropout_module(weights.to(v.dtype)), v)  # (B, H, T, d)
         out = self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim))  # (T, B, E)
 

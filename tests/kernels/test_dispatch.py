@@ -11,7 +11,7 @@ pytest.importorskip("triton")
 
 from fairseq_urpe.kernels import dispatch  # noqa: E402
 from fairseq_urpe.kernels.dispatch import is_future_mask, table_by_distance, use_fused_attention  # noqa: E402
-from fairseq_urpe.modules import T5RelativeBias, ToeplitzReweighting  # noqa: E402
+from fairseq_urpe.modules import T5RelativeBias  # noqa: E402
 from tests.models.conftest import build_lm, dict_dir  # noqa: E402,F401  (fixtures)
 from tests.modules.test_urpe_attention import EMBED, HEADS, make_attention  # noqa: E402
 from tests.reference import causal_mask  # noqa: E402

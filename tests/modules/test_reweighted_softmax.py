@@ -1,27 +1,42 @@
 import pytest
 import torch
 
-from fairseq_urpe.modules.reweighted_softmax import softmax_reweight_values
+from fairseq_urpe.modules.reweighted_softmax import expand_by_distance, softmax_reweight_values
 from tests.modules.test_urpe_attention import EMBED, make_attention
 from tests.reference import causal_mask
 
 
-def plain(scores, c, v):
-    return torch.matmul((torch.softmax(scores, dim=-1) * c).to(v.dtype), v)
+def distance_index(tgt_len, src_len):
+    """(T, S) index of i - j + S - 1 for queries at the last T of S positions."""
+    keys = torch.arange(src_len)
+    return keys[src_len - tgt_len :, None] - keys[None, :] + (src_len - 1)
 
 
-@pytest.mark.parametrize("batch,c_shape", [(3, "heads"), (1, "heads"), (2, "full")])
-def test_matches_plain_autograd_forward_and_backward(batch, c_shape):
+def test_expand_by_distance_equals_advanced_indexing_forward_and_backward():
+    table = torch.randn(3, 2 * 7 - 1, dtype=torch.float64, requires_grad=True)
+    index = distance_index(5, 7)
+    got, want = expand_by_distance(table, index), table[:, index]
+    assert torch.equal(got, want)
+    upstream = torch.randn_like(got)
+    torch.testing.assert_close(torch.autograd.grad(got, table, upstream)[0], torch.autograd.grad(want, table, upstream)[0],
+                               rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("batch", [3, 1])
+def test_softmax_reweight_values_matches_plain_autograd_forward_and_backward(batch):
     torch.manual_seed(batch)
-    scores = torch.randn(batch, 2, 5, 7, dtype=torch.float64, requires_grad=True)
-    scores.data[..., -2:] = float("-inf")  # masked keys, as the causal mask leaves them
-    shape = (2, 5, 7) if c_shape == "heads" else (batch, 2, 5, 7)
-    c = torch.empty(shape, dtype=torch.float64).uniform_(-1, 2).requires_grad_()
+    scores = torch.randn(batch, 2, 5, 7, dtype=torch.float64)
+    scores[..., -2:] = float("-inf")  # masked keys, as the causal mask leaves them
+    scores.requires_grad_()
+    table = torch.empty(2, 13, dtype=torch.float64).uniform_(-1, 2).requires_grad_()
+    index = distance_index(5, 7)
     v = torch.randn(batch, 2, 7, 3, dtype=torch.float64, requires_grad=True)
-    got, want = softmax_reweight_values(scores, c, v), plain(scores, c, v)
+    got = softmax_reweight_values(scores, table, index, v)
+    want = torch.matmul(torch.softmax(scores, dim=-1) * table[:, index], v)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     upstream = torch.randn_like(got)
-    for g, w in zip(torch.autograd.grad(got, [scores, c, v], upstream), torch.autograd.grad(want, [scores, c, v], upstream)):
+    for g, w in zip(torch.autograd.grad(got, [scores, table, v], upstream),
+                    torch.autograd.grad(want, [scores, table, v], upstream)):
         torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
 
 
@@ -38,11 +53,10 @@ def saved_bytes(attn, x, mask):
     return sum(saved.values())
 
 
-def test_urpe_keeps_no_more_for_backward_than_rpe_beyond_its_small_c():
-    """URPE keeps softmax(S), as RPE does, not also A ⊙ C: its extra is C (H, T, S), not (B, H, T, S)."""
-    length, batch = 32, 4
+def test_urpe_keeps_what_rpe_keeps_for_backward_plus_only_a_small_table():
+    """URPE keeps softmax(S), as RPE does, not also A ⊙ C or C: its extra is O(S), c's table by distance."""
+    length, batch = 32, 1  # batch 1: an (H, T, S) C would be as large as the scores
     x = torch.randn(length, batch, EMBED, dtype=torch.float64, requires_grad=True)
     rpe = saved_bytes(make_attention("rpe"), x, causal_mask(length))
     urpe = saved_bytes(make_attention("urpe_bucketed"), x, causal_mask(length))
-    heads_matrix = 3 * length * length * 8  # one (H, T, S) float64 tensor
-    assert urpe - rpe <= heads_matrix + length * length * 8  # C, and its (T, S) index at most
+    assert urpe - rpe <= (3 + 1) * (2 * length - 1) * 8  # c's (H, 2S - 1) float64 table and its bucket index
