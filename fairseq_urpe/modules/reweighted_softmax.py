@@ -1,6 +1,6 @@
 """Two steps of the dense attention as autograd functions, cheaper than autograd of the plain ops.
 
-``expand_by_distance``: a per-distance table ``(H, 2S - 1)`` to its Toeplitz matrix ``(H, T, S)`` by
+``expand_by_distance``: a per-distance table ``(H, T + S - 1)`` to its Toeplitz matrix ``(H, T, S)`` by
 ``index_select``, and back by ``index_add_``: on CPU several times faster than advanced indexing,
 whose backward accumulates one element at a time.
 

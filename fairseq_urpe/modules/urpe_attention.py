@@ -113,13 +113,13 @@ class RelativeMultiheadAttention(MultiheadAttention):
 
         key_positions = torch.arange(src_len, device=query.device)  # (S,)
         query_positions = key_positions[src_len - tgt_len :]  # (T,): the last T of the S positions
-        # Position modules depend only on i - j: evaluate each once per distance -(S-1) .. S-1, then expand
+        # Position modules depend only on i - j: evaluate each once per distance -(T-1) .. S-1, then expand
         # to (H, T, S) by one gather, instead of once per (query, key) pair in every module.
-        distances = torch.arange(2 * src_len - 1, device=query.device)  # entry e: distance e - (S - 1)
-        distance_index = query_positions[:, None] - key_positions[None, :] + (src_len - 1)  # (T, S)
+        distances = torch.arange(tgt_len + src_len - 1, device=query.device)  # entry e: distance e - (T - 1)
+        distance_index = query_positions[:, None] - key_positions[None, :] + (tgt_len - 1)  # (T, S)
 
         def by_distance(module: nn.Module) -> Tensor:
-            return module(distances, distances[src_len - 1 : src_len])[:, :, 0]  # (H, 2S - 1)
+            return module(distances, distances[tgt_len - 1 : tgt_len])[:, :, 0]  # (H, T + S - 1)
 
         # In place below: neither matmul, the upcast, add nor masked_fill needs its output for backward.
         scores = at_least_float32(torch.matmul(q, k.transpose(2, 3)))  # (B, H, T, S)
@@ -132,7 +132,7 @@ class RelativeMultiheadAttention(MultiheadAttention):
             scores.masked_fill_(pad, torch.finfo(scores.dtype).min)
         if attn_mask is not None:
             scores += at_least_float32(attn_mask)  # (T, S)
-        c_table = by_distance(self.toeplitz) if self.toeplitz is not None else None  # (H, 2S - 1)
+        c_table = by_distance(self.toeplitz) if self.toeplitz is not None else None  # (H, T + S - 1)
         if c_table is not None and not need_weights and not dropout_active:
             # The same math, keeping only softmax(S) for backward (not also A ⊙ C, C): URPE's memory is RPE's.
             out = softmax_reweight_values(scores, c_table, distance_index, v)  # (B, H, T, d)

@@ -59,4 +59,4 @@ def test_urpe_keeps_what_rpe_keeps_for_backward_plus_only_a_small_table():
     x = torch.randn(length, batch, EMBED, dtype=torch.float64, requires_grad=True)
     rpe = saved_bytes(make_attention("rpe"), x, causal_mask(length))
     urpe = saved_bytes(make_attention("urpe_bucketed"), x, causal_mask(length))
-    assert urpe - rpe <= (3 + 1) * (2 * length - 1) * 8  # c's (H, 2S - 1) float64 table and its bucket index
+    assert urpe - rpe <= (3 + 1) * (2 * length - 1) * 8  # c's (H, T + S - 1) float64 table and its bucket index
