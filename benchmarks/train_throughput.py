@@ -16,6 +16,7 @@ step's own live allocations as torch's profiler records them: live tensors in bo
 """
 
 import os
+import shlex
 import statistics
 import sys
 
@@ -37,7 +38,10 @@ def parse_args(argv=None):
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=2, help="timed steps per model per round")
     parser.add_argument("--vocab", type=int, default=1000)
-    parser.add_argument("--extra", nargs="*", default=[], help="extra fairseq flags for every model, e.g. --dropout 0")
+    parser.add_argument("--extra", type=shlex.split, default=[],
+                        help="extra fairseq flags for every model, one string: --extra '--urpe-attention-impl dense'")
+    parser.add_argument("--impl", default="auto", choices=["auto", "dense", "fused"],
+                        help="--urpe-attention-impl of the plugin's models (default: %(default)s)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory step")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -62,7 +66,10 @@ def main(argv=None):
     print(f"archs: {' '.join(archs)}; lengths {args.lengths}; {args.tokens} tokens per batch; "
           f"{args.rounds} rounds x {args.steps} steps; vocab {args.vocab}; extra {args.extra}", flush=True)
 
-    built = {arch: build(arch, max(args.lengths), args.vocab, args.extra) for arch in archs}
+    def flags(arch):
+        return args.extra + ([] if arch == STOCK_ARCH else ["--urpe-attention-impl", args.impl])
+
+    built = {arch: build(arch, max(args.lengths), args.vocab, flags(arch)) for arch in archs}
     device = next(built[archs[0]][0].parameters()).device
     samples = {n: make_sample(max(1, args.tokens // n), n, args.vocab, device) for n in args.lengths}
     updates = {arch: 0 for arch in archs}
