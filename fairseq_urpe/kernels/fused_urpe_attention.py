@@ -411,7 +411,12 @@ def fused_causal_urpe_attention(
             raise ValueError(f"{name} must be (H={heads}, >= T={length}); got {tuple(table.shape)}")
     if key_padding_mask is not None and tuple(key_padding_mask.shape) != (batch, length):
         raise ValueError(f"key_padding_mask must be (B={batch}, T={length}); got {tuple(key_padding_mask.shape)}")
+    if batch * heads > 65535:
+        raise ValueError(f"batch x heads = {batch * heads} exceeds the kernel grid's 65535")
     if length == 0:
         return torch.empty_like(q)
+    # Gradients are allocated like their inputs and written with the inputs' strides: make overlapping
+    # or gapped views (e.g. expanded k, v) dense first.
+    q, k, v = (x if torch.empty_like(x).stride() == x.stride() else x.contiguous() for x in (q, k, v))
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
     return FusedCausalURPEAttention.apply(q, k, v, bias_by_distance, c_by_distance, key_padding_mask, scale, blocks)

@@ -93,6 +93,21 @@ def test_default_scale_single_token_and_tables_longer_than_the_input():
     assert_matches_reference(make_inputs(2, 3, 1, 16, torch.float32, padding=None), torch.float32)
 
 
+def test_expanded_keys_and_values_shared_by_all_heads():
+    """k and v broadcast over heads (overlapping views) still get correct, head-summed gradients."""
+    torch.manual_seed(5)
+    q = torch.randn(2, 3, 18, 16, dtype=torch.float64, requires_grad=True)
+    k1, v1 = (torch.randn(2, 1, 18, 16, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    k, v = k1.expand(2, 3, 18, 16), v1.expand(2, 3, 18, 16)
+    out = fused_causal_urpe_attention(q, k, v, scale=0.25)
+    want = causal_urpe_attention_reference(q, k, v, scale=0.25)
+    torch.testing.assert_close(out, want, rtol=1e-10, atol=1e-11)
+    got = torch.autograd.grad(out.sum(), (q, k1, v1))
+    expected = torch.autograd.grad(want.sum(), (q, k1, v1))
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-11)
+
+
 def test_all_padding_rows_stay_finite_and_match_the_dense_rule():
     """A query whose visible keys are all padding averages them uniformly, as the dense attention does."""
     q, k, v, bias_table, c_table, mask = make_inputs(2, 3, 17, 16, torch.float64, padding="left", seed=4)
