@@ -14,13 +14,15 @@ setup(
         # fairseq 0.12.2 does not import on Python >= 3.11; fairseq-fixed packages fairseq's main branch.
         "fairseq==0.12.2; python_version < '3.11'",
         "fairseq-fixed==0.12.3.1; python_version >= '3.11'",
-        "torch>=1.13",
+        "torch>=2.0",
         "numpy<2",  # fairseq's inference datasets use np.compat.long, removed in numpy 2
         "sacremoses",
         "sentencepiece",
         "tensorboardX",
+        "matplotlib",  # python -m fairseq_urpe.inspect
         # The fused attention kernel (fairseq_urpe/kernels); elsewhere the dense attention runs.
         'triton==3.9.0; platform_system == "Linux" and platform_machine == "x86_64" and python_version >= "3.11"',
     ],
+    entry_points={"console_scripts": ["fairseq-urpe-inspect = fairseq_urpe.inspect:main"]},
     extras_require={"test": ["pytest>=7", "pytest-timeout"]},
 )

@@ -13,7 +13,11 @@ cd "$(dirname "$0")/.."
 VENV=${URPE_VENV:-.venv}
 PY=${URPE_PYTHON:-python3}
 
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import fairseq, fairseq_urpe, pytest" 2>/dev/null; then
+# The environment is reused while requirements.txt and setup.py are unchanged (a stamp holds their hash).
+STAMP="$VENV/.fairseq-urpe-requirements"
+WANT=$(cat requirements.txt setup.py | sha256sum | cut -d' ' -f1)
+if [ -x "$VENV/bin/python" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$WANT" ] \
+  && "$VENV/bin/python" -c "import fairseq, fairseq_urpe, pytest" 2>/dev/null; then
   echo "$VENV"; exit 0
 fi
 {
@@ -33,5 +37,6 @@ fi
     "fairseq==0.12.2; python_version < '3.11'" "fairseq-fixed==0.12.3.1; python_version >= '3.11'"
   "${pip[@]}" --no-build-isolation --no-deps -e .
   "$VENV/bin/python" -c "import fairseq, fairseq_urpe, torch; print('== fairseq', fairseq.__version__, 'torch', torch.__version__)"
+  echo "$WANT" > "$STAMP"
 } >&2
 echo "$VENV"

@@ -30,17 +30,43 @@ def unique_index(distance: int, max_distance: int, bidirectional: bool = False) 
     return distance + max_distance if bidirectional else distance
 
 
+def press_alibi_slopes(n: int):
+    """ALiBi's slopes as Press et al. wrote them (github.com/ofirpress/attention_with_linear_biases)."""
+
+    def get_slopes_power_of_2(n):
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        ratio = start
+        return [start * ratio**i for i in range(n)]
+
+    if math.log2(n).is_integer():
+        return get_slopes_power_of_2(n)
+    closest_power_of_2 = 2 ** math.floor(math.log2(n))
+    return get_slopes_power_of_2(closest_power_of_2) + press_alibi_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2]
+
+
+def position_matrix(tgt_len: int, src_len: int, heads: int, value_of) -> torch.Tensor:
+    """``(H, T, S)`` tensor of ``value_of(h, i - j)`` (a scalar tensor, so gradients flow) for queries at
+    the last T of S positions."""
+    first = src_len - tgt_len
+    return torch.stack([
+        torch.stack([torch.stack([value_of(h, first + i - j) for j in range(src_len)]) for i in range(tgt_len)])
+        for h in range(heads)
+    ])
+
+
 def index_matrix(tgt_len: int, src_len: int, index_of) -> torch.Tensor:
     """``(T, S)`` long matrix of ``index_of(i - j)`` for queries at the last T of S positions."""
     first = src_len - tgt_len
     return torch.tensor([[index_of(first + i - j) for j in range(src_len)] for i in range(tgt_len)])
 
 
-def dense_attention(x, attn, bias_index=None, toeplitz_index=None, key_padding_mask=None, causal=True):
+def dense_attention(x, attn, bias_index=None, toeplitz_index=None, key_padding_mask=None, causal=True,
+                    bias=None, toeplitz=None, dot_product=True):
     """Reference RPE/URPE self-attention with ``attn``'s parameters; ``x`` is ``(T, B, E)``.
 
     ``out_b = concat_h((softmax(Q_h K_h^T / sqrt(d) + B_h + M) ⊙ C_h) V_h) W_o^T + b_o`` where
-    ``B_h[i, j] = b[h, bias_index[i, j]]`` and ``C_h[i, j] = c[h, toeplitz_index[i, j]]``.
+    ``B_h[i, j] = b[h, bias_index[i, j]]`` (or ``bias[h]``, an ``(H, T, T)`` tensor) and
+    ``C_h[i, j] = c[h, toeplitz_index[i, j]]`` (or ``toeplitz[h]``); ``dot_product=False`` drops ``Q K^T``.
     """
     tgt_len, bsz, embed_dim = x.shape
     heads = attn.num_heads
@@ -50,12 +76,16 @@ def dense_attention(x, attn, bias_index=None, toeplitz_index=None, key_padding_m
         per_head = []
         for h in range(heads):
             rows = slice(h * d, (h + 1) * d)
-            q = x[:, b] @ attn.q_proj.weight[rows].T + attn.q_proj.bias[rows]
-            k = x[:, b] @ attn.k_proj.weight[rows].T + attn.k_proj.bias[rows]
             v = x[:, b] @ attn.v_proj.weight[rows].T + attn.v_proj.bias[rows]
-            scores = q @ k.T / math.sqrt(d)
+            scores = torch.zeros(tgt_len, tgt_len, dtype=x.dtype)
+            if dot_product:
+                q = x[:, b] @ attn.q_proj.weight[rows].T + attn.q_proj.bias[rows]
+                k = x[:, b] @ attn.k_proj.weight[rows].T + attn.k_proj.bias[rows]
+                scores = q @ k.T / math.sqrt(d)
             if bias_index is not None:
                 scores = scores + attn.position_bias.weight[h][bias_index]
+            if bias is not None:
+                scores = scores + bias[h]
             blocked = torch.zeros(tgt_len, tgt_len, dtype=torch.bool)
             if causal:
                 blocked |= torch.ones(tgt_len, tgt_len, dtype=torch.bool).triu(1)
@@ -64,6 +94,8 @@ def dense_attention(x, attn, bias_index=None, toeplitz_index=None, key_padding_m
             probs = torch.softmax(scores.masked_fill(blocked, float("-inf")), dim=-1)
             if toeplitz_index is not None:
                 probs = probs * attn.toeplitz.weight[h][toeplitz_index]
+            if toeplitz is not None:
+                probs = probs * toeplitz[h]
             per_head.append(probs @ v)
         outs.append(torch.cat(per_head, dim=-1) @ attn.out_proj.weight.T + attn.out_proj.bias)
     return torch.stack(outs, dim=1)

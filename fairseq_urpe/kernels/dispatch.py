@@ -27,14 +27,15 @@ _FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 def use_fused_attention(
     impl: str,
-    q: torch.Tensor,
+    x: torch.Tensor,
     attn_mask: Optional[torch.Tensor],
     incremental: bool,
     need_weights: bool,
     dropout_active: bool,
     dot_product: bool = True,
 ) -> bool:
-    """True where the fused kernel computes this self-attention call; ``q`` is ``(B, H, T, d)``.
+    """True where the fused kernel computes this self-attention call; ``x`` is its ``v`` (or ``q``, ``k``),
+    ``(B, H, T, d)``: only its device, dtype and shape are read.
 
     Raises ``RuntimeError`` naming the flag when ``impl == "fused"`` and the kernel cannot run here.
     """
@@ -42,28 +43,28 @@ def use_fused_attention(
         raise ValueError(f"{FLAG} must be one of {', '.join(IMPLS)}; got {impl!r}")
     if impl == "dense" or incremental or need_weights:
         return False
-    reason = _why_not_fused(q, dropout_active, dot_product, forced=impl == "fused")
+    reason = _why_not_fused(x, dropout_active, dot_product, forced=impl == "fused")
     if reason is not None and impl == "auto":
         return False
-    if not is_future_mask(attn_mask, q.size(2)):
+    if not is_future_mask(attn_mask, x.size(2)):
         return False
     if reason is not None:
         raise RuntimeError(f"{FLAG} fused cannot run here: {reason}. Use {FLAG} auto (or dense).")
     return True
 
 
-def _why_not_fused(q: torch.Tensor, dropout_active: bool, dot_product: bool, forced: bool) -> Optional[str]:
+def _why_not_fused(x: torch.Tensor, dropout_active: bool, dot_product: bool, forced: bool) -> Optional[str]:
     if not dot_product:
         return "dot-product-free attention (scores from positions only) has no fused kernel"
     if dropout_active:
         return "the kernel has no attention dropout; set --attention-dropout 0"
-    if q.size(-1) > 128:
-        return f"head dim {q.size(-1)} exceeds the kernel's 128"
-    interpreted = q.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
-    if q.device.type != "cuda" and not (forced and interpreted):
-        return f"tensors are on {q.device.type}; the kernel needs CUDA (or TRITON_INTERPRET=1 on CPU, for tests)"
-    if q.dtype not in _FUSED_DTYPES and not interpreted:
-        return f"{q.dtype} is not float16, bfloat16 or float32"
+    if x.size(-1) > 128:
+        return f"head dim {x.size(-1)} exceeds the kernel's 128"
+    interpreted = x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+    if x.device.type != "cuda" and not (forced and interpreted):
+        return f"tensors are on {x.device.type}; the kernel needs CUDA (or TRITON_INTERPRET=1 on CPU, for tests)"
+    if x.dtype not in _FUSED_DTYPES and not interpreted:
+        return f"{x.dtype} is not float16, bfloat16 or float32"
     if not triton_available():
         return "triton is not installed (pip install triton)"
     return None

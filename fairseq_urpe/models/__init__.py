@@ -1,1 +1,2 @@
-from . import transformer_lm_urpe  # noqa: F401  (registers models and architectures)
+from . import transformer_lm_urpe  # noqa: F401, I001  (registers the model first,
+from . import architectures  # noqa: F401  then its named architectures)

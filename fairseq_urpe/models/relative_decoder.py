@@ -7,24 +7,47 @@ from fairseq.models.transformer import TransformerDecoder
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
-from ..modules import RelativeMultiheadAttention, T5RelativeBias, ToeplitzReweighting
-from .relative_position_config import RelativeTransformerConfig
+from ..modules import (
+    ALiBiBias,
+    LearnedDistanceBias,
+    LogBias,
+    RelativeMultiheadAttention,
+    T5RelativeBias,
+    ToeplitzReweighting,
+)
+from .relative_position_config import POSITION_KINDS, RelativeTransformerConfig
 
 
-def build_position_modules(cfg, num_heads):
-    """``(position_bias, toeplitz)`` for one attention: T5 bias ``b`` and URPE's ``c`` (or ``None`` for RPE)."""
-    bias = T5RelativeBias(num_heads, cfg.rpe_num_buckets, cfg.rpe_max_distance)
+def build_position_bias(cfg, num_heads, bidirectional=False):
+    """The bias ``b`` of ``--rpe-kind`` (``None`` for 'none'); raises naming the option on bad combinations."""
+    kind, slopes = str(cfg.rpe_kind), cfg.rpe_slopes
+    if slopes is not None and kind not in ("alibi", "log"):
+        raise ValueError(f"--rpe-slopes applies to --rpe-kind alibi or log; --rpe-kind {kind} has no slopes")
+    if kind == "t5":
+        return T5RelativeBias(num_heads, cfg.rpe_num_buckets, cfg.rpe_max_distance, bidirectional)
+    if kind == "alibi":
+        return ALiBiBias(num_heads, learnable=str(slopes) == "learned")
+    if kind == "log":
+        return LogBias(num_heads, learnable=str(slopes or "learned") == "learned")
+    if kind == "learned":
+        return LearnedDistanceBias(num_heads, cfg.rpe_max_distance, bidirectional)
+    if kind == "none":
+        return None
+    raise ValueError(f"--rpe-kind must be one of {', '.join(POSITION_KINDS)}; got {kind!r}")
+
+
+def build_toeplitz(cfg, num_heads, bidirectional=False):
+    """URPE's ``c`` of ``--urpe-toeplitz`` (``None`` for 'none', i.e. RPE)."""
     if cfg.urpe_toeplitz == "none":
-        return bias, None
+        return None
     if cfg.urpe_toeplitz == "bucketed":
-        toeplitz = ToeplitzReweighting(num_heads, "bucketed", cfg.rpe_num_buckets, cfg.rpe_max_distance)
-    else:
-        if cfg.urpe_max_distance is None:
-            raise ValueError("--urpe-toeplitz unique needs --urpe-max-distance (or --tokens-per-sample)")
-        toeplitz = ToeplitzReweighting(
-            num_heads, str(cfg.urpe_toeplitz), max_distance=cfg.urpe_max_distance, beyond_max=str(cfg.urpe_beyond_max)
-        )
-    return bias, toeplitz
+        return ToeplitzReweighting(num_heads, "bucketed", cfg.rpe_num_buckets, cfg.rpe_max_distance, bidirectional)
+    if cfg.urpe_max_distance is None:
+        raise ValueError("--urpe-toeplitz unique needs --urpe-max-distance (or --tokens-per-sample)")
+    return ToeplitzReweighting(
+        num_heads, str(cfg.urpe_toeplitz), max_distance=cfg.urpe_max_distance, bidirectional=bidirectional,
+        beyond_max=str(cfg.urpe_beyond_max),
+    )
 
 
 class RelativeDecoderLayer(TransformerDecoderLayerBase):
@@ -34,12 +57,12 @@ class RelativeDecoderLayer(TransformerDecoderLayerBase):
         if add_bias_kv or add_zero_attn or cfg.cross_self_attention:
             raise ValueError("RPE/URPE layers do not support add_bias_kv, add_zero_attn or --cross-self-attention")
         heads = cfg.decoder.attention_heads
-        position_bias, toeplitz = build_position_modules(cfg, heads)
         return RelativeMultiheadAttention(
             embed_dim,
             heads,
-            position_bias=position_bias,
-            toeplitz=toeplitz,
+            position_bias=build_position_bias(cfg, heads),
+            toeplitz=build_toeplitz(cfg, heads),
+            dot_product=not cfg.dot_product_free,
             dropout=cfg.attention_dropout,
             q_noise=self.quant_noise,
             qn_block_size=self.quant_noise_block_size,

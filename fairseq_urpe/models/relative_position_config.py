@@ -6,6 +6,9 @@ from typing import Optional
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models.transformer import TransformerConfig
 
+POSITION_KINDS = ("t5", "alibi", "log", "learned", "none")
+KIND_CHOICES = ChoiceEnum(list(POSITION_KINDS))
+SLOPE_CHOICES = ChoiceEnum(["fixed", "learned"])
 TOEPLITZ_CHOICES = ChoiceEnum(["none", "bucketed", "unique"])
 BEYOND_MAX_CHOICES = ChoiceEnum(["clamp", "error"])
 ATTENTION_IMPL_CHOICES = ChoiceEnum(["auto", "dense", "fused"])
@@ -13,13 +16,31 @@ ATTENTION_IMPL_CHOICES = ChoiceEnum(["auto", "dense", "fused"])
 
 @dataclass
 class RelativePositionConfig(FairseqDataclass):
+    rpe_kind: KIND_CHOICES = field(
+        default="t5",
+        metadata={
+            "help": "position bias b added to the scores: 't5' (learned, log-bucketed), 'alibi' (-m|k|), "
+            "'log' (-m log(1+|k|)), 'learned' (one scalar per distance up to --rpe-max-distance) or 'none'"
+        },
+    )
+    rpe_slopes: Optional[SLOPE_CHOICES] = field(
+        default=None,
+        metadata={"help": "slopes m of 'alibi' or 'log': 'fixed' or 'learned' (default: fixed for alibi, learned for log)"},
+    )
+    dot_product_free: bool = field(
+        default=False,
+        metadata={"help": "attention scores from the position bias alone, without QK^T (Wang & E, NeurIPS 2024)"},
+    )
     rpe_num_buckets: int = field(
         default=32,
         metadata={"help": "T5 buckets of the RPE bias b (and of a bucketed URPE c); causal models use all for past distances"},
     )
     rpe_max_distance: int = field(
         default=128,
-        metadata={"help": "distance where T5's log-spaced buckets end; farther keys share the last bucket"},
+        metadata={
+            "help": "distance where T5's log-spaced buckets end, or the largest distance with its own 'learned' "
+            "bias; farther keys share the last entry"
+        },
     )
     rpe_per_layer: bool = field(
         default=False,

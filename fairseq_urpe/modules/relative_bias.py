@@ -5,9 +5,10 @@ from torch import nn
 
 from .precision import at_least_float32
 from .relative_bucket import check_bucket_options, relative_position_bucket
+from .relative_position import RelativePositionFunction
 
 
-class T5RelativeBias(nn.Module):
+class T5RelativeBias(RelativePositionFunction):
     """Learned relative-position bias, one scalar per head and bucket; starts at zero.
 
     ``forward(query_positions (T,), key_positions (S,)) -> (H, T, S)`` bias (at least float32), added to the
@@ -23,12 +24,9 @@ class T5RelativeBias(nn.Module):
         self.bidirectional = bidirectional
         self.weight = nn.Parameter(torch.zeros(num_heads, num_buckets))  # b_h(bucket): (H, num_buckets)
 
-    def buckets(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
-        distance = query_positions[:, None] - key_positions[None, :]  # (T, S)
-        return relative_position_bucket(distance, self.num_buckets, self.max_distance, self.bidirectional)
-
-    def forward(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
-        return at_least_float32(self.weight)[:, self.buckets(query_positions, key_positions)]  # (H, T, S)
+    def by_distance(self, distance: torch.Tensor) -> torch.Tensor:
+        buckets = relative_position_bucket(distance, self.num_buckets, self.max_distance, self.bidirectional)
+        return at_least_float32(self.weight)[:, buckets]  # (H, ...)
 
     def extra_repr(self) -> str:
         return (

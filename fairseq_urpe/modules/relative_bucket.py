@@ -1,4 +1,4 @@
-"""T5's log-spaced relative-position buckets (Raffel et al. 2020, ``_relative_position_bucket``)."""
+"""How a distance ``i - j`` indexes a table: T5's log-spaced buckets (Raffel et al. 2020) or a clipped distance."""
 
 import math
 
@@ -48,3 +48,14 @@ def relative_position_bucket(
     log_ratio = torch.log(distance.clamp(min=1).float() / exact) / math.log(max_distance / exact)
     large = (exact + (log_ratio * (n - exact)).long()).clamp(max=n - 1)
     return bucket + torch.where(is_small, distance, large)
+
+
+def clipped_distance_index(distance: torch.Tensor, max_distance: int, bidirectional: bool = False) -> torch.Tensor:
+    """Index of ``distance = i - j`` in a per-distance table (Shaw et al.'s clipping).
+
+    Causal: ``clamp(distance, 0, max_distance)`` (future keys, which the mask removes, read entry 0).
+    Bidirectional: ``clamp(distance, -max_distance, max_distance) + max_distance``.
+    """
+    if bidirectional:
+        return distance.clamp(-max_distance, max_distance) + max_distance
+    return distance.clamp(0, max_distance)

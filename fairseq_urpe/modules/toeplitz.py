@@ -4,13 +4,14 @@ import torch
 from torch import nn
 
 from .precision import at_least_float32
-from .relative_bucket import check_bucket_options, relative_position_bucket
+from .relative_bucket import check_bucket_options, clipped_distance_index, relative_position_bucket
+from .relative_position import RelativePositionFunction
 
 PARAMETERISATIONS = ("bucketed", "unique")
 BEYOND_MAX = ("clamp", "error")
 
 
-class ToeplitzReweighting(nn.Module):
+class ToeplitzReweighting(RelativePositionFunction):
     """Per-head Toeplitz matrix multiplied element-wise onto the softmax probabilities; starts at one.
 
     ``forward(query_positions (T,), key_positions (S,)) -> (H, T, S)`` ``C``, at least float32.
@@ -57,25 +58,24 @@ class ToeplitzReweighting(nn.Module):
         self.beyond_max = beyond_max
         self.weight = nn.Parameter(torch.ones(num_heads, size))  # c_h(index): (H, size)
 
-    def indices(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
-        distance = query_positions[:, None] - key_positions[None, :]  # (T, S)
+    def indices(self, distance: torch.Tensor) -> torch.Tensor:
+        """Table index of each ``distance = i - j`` (any shape, long)."""
         if self.parameterisation == "bucketed":
             return relative_position_bucket(distance, self.num_buckets, self.max_distance, self.bidirectional)
-        if not self.bidirectional:
-            distance = distance.clamp(min=0)  # future keys are masked; read entry 0
         if self.beyond_max == "error":
-            # Only the largest past distance can exceed the table (and, bidirectionally, the largest future one).
-            longest = int(distance.abs().max()) if distance.numel() else 0
+            # Only past distances (and, bidirectionally, future ones) can exceed the table; causal
+            # future keys are masked and read entry 0.
+            reach = distance.abs() if self.bidirectional else distance.clamp(min=0)
+            longest = int(reach.max()) if reach.numel() else 0
             if longest > self.max_distance:
                 raise ValueError(
                     f"unique URPE table covers distances up to --urpe-max-distance={self.max_distance} but the "
                     f"input needs {longest}; raise --urpe-max-distance or use --urpe-beyond-max clamp"
                 )
-        distance = distance.clamp(-self.max_distance, self.max_distance)
-        return distance + self.max_distance if self.bidirectional else distance
+        return clipped_distance_index(distance, self.max_distance, self.bidirectional)
 
-    def forward(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:
-        return at_least_float32(self.weight)[:, self.indices(query_positions, key_positions)]  # (H, T, S)
+    def by_distance(self, distance: torch.Tensor) -> torch.Tensor:
+        return at_least_float32(self.weight)[:, self.indices(distance)]  # (H, ...)
 
     def extra_repr(self) -> str:
         size = f"num_buckets={self.num_buckets}, " if self.parameterisation == "bucketed" else ""

@@ -1,6 +1,7 @@
 """Relative-position self-attention: RPE and URPE (Luo et al., NeurIPS 2022).
 
     S    = Q K^T / sqrt(d) + B + M          B_ij = b_h(i - j) (RPE bias), M = causal/padding mask
+                                            (dot-product-free: S = B + M, Wang & E, NeurIPS 2024)
     A    = softmax(S)                       in float32 for half/bfloat16 inputs (float64 stays float64)
     out  = dropout(A ⊙ C) V                 C_ij = c_h(i - j) (URPE Toeplitz; C = 1 is plain RPE)
 
@@ -30,6 +31,8 @@ class RelativeMultiheadAttention(MultiheadAttention):
         position_bias: module ``(query_positions (T,), key_positions (S,)) -> (H, T, S)`` added to the
             scores, or ``None`` (no bias).
         toeplitz: module of the same call shape multiplied onto the probabilities, or ``None`` (RPE).
+        dot_product: ``False`` drops ``Q K^T`` (and the query/key projections): the attention
+            pattern comes from the position bias alone and is shared by the whole batch.
         attention_impl: ``auto``, ``dense`` or ``fused``: see :mod:`fairseq_urpe.kernels.dispatch`.
     """
 
@@ -39,6 +42,7 @@ class RelativeMultiheadAttention(MultiheadAttention):
         num_heads: int,
         position_bias: Optional[nn.Module] = None,
         toeplitz: Optional[nn.Module] = None,
+        dot_product: bool = True,
         dropout: float = 0.0,
         bias: bool = True,
         q_noise: float = 0.0,
@@ -56,7 +60,10 @@ class RelativeMultiheadAttention(MultiheadAttention):
         )
         self.position_bias = position_bias
         self.toeplitz = toeplitz
+        self.dot_product = dot_product
         self.attention_impl = attention_impl
+        if not dot_product:  # unused parameters would also break DDP's gradient reduction
+            self.q_proj = self.k_proj = None
 
     def forward(
         self,
@@ -88,26 +95,29 @@ class RelativeMultiheadAttention(MultiheadAttention):
         def split_heads(x: Tensor) -> Tensor:
             return x.view(tgt_len, bsz, heads, head_dim).permute(1, 2, 0, 3)  # (B, H, T, d)
 
-        q = split_heads(self.q_proj(query)) * self.scaling
-        k = split_heads(self.k_proj(query))
         v = split_heads(self.v_proj(query))
+        k = split_heads(self.k_proj(query)) if self.dot_product else None
 
         if incremental_state is not None:
             saved = self._get_input_buffer(incremental_state)
-            if "prev_key" in saved:
-                k = torch.cat([saved["prev_key"], k], dim=2)  # (B, H, S, d)
-                v = torch.cat([saved["prev_value"], v], dim=2)
+            if "prev_value" in saved:
+                v = torch.cat([saved["prev_value"], v], dim=2)  # (B, H, S, d)
+                if k is not None:
+                    k = torch.cat([saved["prev_key"], k], dim=2)
             key_padding_mask = self._append_prev_key_padding_mask(
-                key_padding_mask, saved.get("prev_key_padding_mask"), bsz, k.size(2), False
+                key_padding_mask, saved.get("prev_key_padding_mask"), bsz, v.size(2), False
             )
-            saved["prev_key"], saved["prev_value"] = k, v
+            saved["prev_value"] = v
+            if k is not None:
+                saved["prev_key"] = k
             saved["prev_key_padding_mask"] = key_padding_mask
             self._set_input_buffer(incremental_state, saved)
-        src_len = k.size(2)
+        src_len = v.size(2)
 
         dropout_active = self.dropout_module.p > 0 and (self.training or self.dropout_module.apply_during_inference)
-        if use_fused_attention(self.attention_impl, q, attn_mask, incremental_state is not None, need_weights,
-                               dropout_active, getattr(self, "dot_product", True)):
+        if use_fused_attention(self.attention_impl, v, attn_mask, incremental_state is not None, need_weights,
+                               dropout_active, self.dot_product):
+            q = split_heads(self.q_proj(query)) * self.scaling
             out = fused_relative_attention(q, k, v, self.position_bias, self.toeplitz, key_padding_mask)  # (B, H, T, d)
             return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None
 
@@ -121,25 +131,35 @@ class RelativeMultiheadAttention(MultiheadAttention):
         def by_distance(module: nn.Module) -> Tensor:
             return module(distances, distances[tgt_len - 1 : tgt_len])[:, :, 0]  # (H, T + S - 1)
 
-        # In place below: neither matmul, the upcast, add nor masked_fill needs its output for backward.
-        scores = at_least_float32(torch.matmul(q, k.transpose(2, 3)))  # (B, H, T, S)
-        if self.position_bias is not None:
-            scores += expand_by_distance(by_distance(self.position_bias), distance_index)  # (H, T, S)
+        in_place = self.dot_product  # only then is `scores` a fresh (B, H, T, S) tensor of our own
+        if self.dot_product:
+            q = split_heads(self.q_proj(query)) * self.scaling
+            # In place below: neither matmul, the upcast, add nor masked_fill needs its output for backward.
+            scores = at_least_float32(torch.matmul(q, k.transpose(2, 3)))  # (B, H, T, S)
+            if self.position_bias is not None:
+                scores += expand_by_distance(by_distance(self.position_bias), distance_index)  # (H, T, S)
+        elif self.position_bias is not None:
+            scores = expand_by_distance(by_distance(self.position_bias), distance_index)[None]  # (1, H, T, S)
+        else:
+            scores = v.new_zeros((1, 1, tgt_len, src_len), dtype=torch.promote_types(v.dtype, torch.float32))
         if key_padding_mask is not None:
             # A finite floor, not -inf: a row whose visible keys are all padding (left-padded prompts)
             # stays finite instead of NaN. The causal -inf is added after, so future keys stay excluded.
             pad = key_padding_mask.to(torch.bool)[:, None, None, :]  # (B, 1, 1, S)
-            scores.masked_fill_(pad, torch.finfo(scores.dtype).min)
+            floor = torch.finfo(scores.dtype).min
+            scores = scores.masked_fill_(pad, floor) if in_place else scores.masked_fill(pad, floor)  # (B, H, T, S)
         if attn_mask is not None:
-            scores += at_least_float32(attn_mask)  # (T, S)
+            mask = at_least_float32(attn_mask)  # (T, S)
+            scores = scores.add_(mask) if in_place else scores + mask
         c_table = by_distance(self.toeplitz) if self.toeplitz is not None else None  # (H, T + S - 1)
-        if c_table is not None and not need_weights and not dropout_active:
+        if c_table is not None and self.dot_product and not need_weights and not dropout_active:
             # The same math, keeping only softmax(S) for backward (not also A ⊙ C, C): URPE's memory is RPE's.
             out = softmax_reweight_values(scores, c_table, distance_index, v)  # (B, H, T, d)
         else:
-            weights = torch.softmax(scores, dim=-1)  # (B, H, T, S), at least float32
+            weights = torch.softmax(scores, dim=-1)  # (B or 1, H or 1, T, S), at least float32
             if c_table is not None:
                 weights = weights * expand_by_distance(c_table, distance_index)
+            weights = weights.expand(bsz, heads, tgt_len, src_len)  # a view; dropout then draws per example
             out = torch.matmul(self.dropout_module(weights.to(v.dtype)), v)  # (B, H, T, d)
         out = self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim))  # (T, B, E)
 

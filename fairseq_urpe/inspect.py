@@ -1,0 +1,198 @@
+"""Plot what a trained RPE/URPE language model learned.
+
+    python -m fairseq_urpe.inspect CHECKPOINT --out DIR [--sentence "The jury said ."] [--data DIR]
+
+Writes to DIR:
+  positions.png            per layer (one row when b and c are shared) and head: the bias b_h(k) and
+                           URPE's reweighting c_h(k) against the distance k = i - j
+  attention_layer<N>.png   per head, for the sentence: A = softmax(QK^T/sqrt(d) + B) before and
+                           A ⊙ C after the Toeplitz reweighting (rows: queries, columns: keys)
+
+The sentence is split on whitespace and looked up in the model's dictionary (apply the BPE yourself
+for BPE models); unknown words become <unk>. The dictionary is read from --data, else from the
+checkpoint's folder, else from the data path stored in the checkpoint.
+"""
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import torch
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+DEFAULT_SENTENCE = "The committee said that the city would have to pay for the new school ."
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m fairseq_urpe.inspect", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("checkpoint", help="a checkpoint written by fairseq-train with --user-dir fairseq_urpe")
+    parser.add_argument("--out", required=True, help="folder for the PNG files (created if missing)")
+    parser.add_argument("--sentence", default=DEFAULT_SENTENCE, help="input for the attention maps (tokenized text)")
+    parser.add_argument("--data", help="folder holding the model's dict.txt")
+    parser.add_argument("--max-distance", type=int, help="largest distance k to plot (default: --tokens-per-sample)")
+    parser.add_argument("--dpi", type=int, default=110)
+    return parser.parse_args(argv)
+
+
+def find_data_dir(checkpoint: Path, data: Optional[str], state: dict) -> str:
+    candidates = [data] if data else [str(checkpoint.parent), str(state["cfg"]["task"].get("data", ""))]
+    for folder in candidates:
+        if folder and os.path.isfile(os.path.join(folder, "dict.txt")):
+            return folder
+    if data:
+        raise SystemExit(f"error: --data {data} holds no dict.txt")
+    raise SystemExit(f"error: no dict.txt beside {checkpoint} or at the checkpoint's data path; pass --data DIR")
+
+
+def load(checkpoint: Path, data: Optional[str]):
+    from fairseq import checkpoint_utils, utils
+
+    if not checkpoint.is_file():
+        raise SystemExit(f"error: checkpoint {checkpoint} does not exist")
+    utils.import_user_module(argparse.Namespace(user_dir=str(PACKAGE_DIR)))
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
+    data_dir = find_data_dir(checkpoint, data, state)
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides={"data": data_dir})
+    model = models[0].eval()
+    if not hasattr(model.decoder.layers[0].self_attn, "toeplitz"):
+        raise SystemExit(f"error: {checkpoint} is not a fairseq_urpe model (arch {cfg.model._name})")
+    return model, cfg, task
+
+
+def position_modules(model):
+    """``[(label, bias module or None, toeplitz module or None)]``: one entry if shared by all layers."""
+    attns = [layer.self_attn for layer in model.decoder.layers]
+    shared = all(a.position_bias is attns[0].position_bias and a.toeplitz is attns[0].toeplitz for a in attns)
+    if shared:
+        return [(f"all {len(attns)} layers (shared)", attns[0].position_bias, attns[0].toeplitz)]
+    return [(f"layer {i}", a.position_bias, a.toeplitz) for i, a in enumerate(attns)]
+
+
+def plot_positions(model, max_distance: int, path: Path, dpi: int):
+    import matplotlib.pyplot as plt
+
+    rows = position_modules(model)
+    distance = torch.arange(max_distance + 1)
+    columns = [("b", "bias $b_h(k)$ (added to the scores)"), ("c", "URPE $c_h(k)$ (multiplies the probabilities)")]
+    fig, axes = plt.subplots(len(rows), 2, figsize=(12, 3.2 * len(rows)), squeeze=False)
+    for row, (label, bias, toeplitz) in enumerate(rows):
+        for col, (name, title) in enumerate(columns):
+            ax = axes[row][col]
+            module = bias if name == "b" else toeplitz
+            if module is None:
+                what = "no position bias (--rpe-kind none)" if name == "b" else "no Toeplitz C (RPE: C = 1)"
+                ax.text(0.5, 0.5, what, ha="center", va="center", transform=ax.transAxes)
+                ax.set_axis_off()
+                ax.set_title(f"{label}: {title}", fontsize=10)
+                continue
+            with torch.no_grad():
+                values = module.by_distance(distance).float()  # (H, K + 1)
+            for h, curve in enumerate(values):
+                ax.plot(distance.numpy(), curve.numpy(), label=f"head {h}", linewidth=1.2)
+            ax.set_title(f"{label}: {title}", fontsize=10)
+            ax.set_xlabel("distance k = i - j (query minus key position)")
+            ax.set_ylabel(f"${name}_h(k)$")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, ncol=2 if values.size(0) > 8 else 1, loc="best")
+    fig.suptitle(f"Learned relative positions ({type(rows[0][1] or rows[0][2]).__name__}, {values.size(0)} heads)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
+def attention_maps(model, tokens: torch.Tensor):
+    """``[(A, A ⊙ C or None)]`` per layer, each ``(H, T, T)``, from one forward pass over ``tokens`` (1, T)."""
+    inputs, hooks = {}, []
+    for i, layer in enumerate(model.decoder.layers):
+        def keep_input(module, args, kwargs, i=i):
+            inputs[i] = kwargs["query"] if "query" in kwargs else args[0]
+
+        hooks.append(layer.self_attn.register_forward_pre_hook(keep_input, with_kwargs=True))
+    try:
+        with torch.no_grad():
+            model(tokens)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    length = tokens.size(1)
+    causal = torch.full((length, length), float("-inf")).triu(1)
+    maps = []
+    with torch.no_grad():
+        for i, layer in enumerate(model.decoder.layers):
+            attn, x = layer.self_attn, inputs[i]
+            after = attn(x, None, None, attn_mask=causal, need_head_weights=True)[1][:, 0]  # (H, T, T)
+            toeplitz, attn.toeplitz = attn.toeplitz, None
+            try:
+                before = attn(x, None, None, attn_mask=causal, need_head_weights=True)[1][:, 0]
+            finally:
+                attn.toeplitz = toeplitz
+            maps.append((before, after if toeplitz is not None else None))
+    return maps
+
+
+def plot_attention(before, after, words: List[str], layer: int, path: Path, dpi: int):
+    import matplotlib.pyplot as plt
+
+    heads = before.size(0)
+    panels = [("A = softmax(scores)", before)] + ([("A ⊙ C (URPE)", after)] if after is not None else [])
+    size = 0.22 * len(words) + 1.5
+    fig, axes = plt.subplots(heads, len(panels), figsize=(size * len(panels) + 1, size * heads), squeeze=False)
+    for h in range(heads):
+        for col, (title, maps) in enumerate(panels):
+            ax = axes[h][col]
+            image = ax.imshow(maps[h].float().numpy(), cmap="viridis", aspect="equal")
+            ax.set_title(f"layer {layer}, head {h}: {title}", fontsize=9)
+            ax.set_xticks(range(len(words)))
+            ax.set_xticklabels(words, rotation=90, fontsize=7)
+            ax.set_yticks(range(len(words)))
+            ax.set_yticklabels(words, fontsize=7)
+            ax.set_xlabel("key")
+            ax.set_ylabel("query")
+            fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
+def write_plots(argv: Optional[List[str]] = None) -> List[Path]:
+    """Parse ``argv``, write the plots, return their paths."""
+    args = parse_args(argv)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's root logger would show its debug lines
+    checkpoint = Path(args.checkpoint)
+    model, cfg, task = load(checkpoint, args.data)
+    max_distance = args.max_distance if args.max_distance is not None else int(cfg.task.tokens_per_sample)
+    if max_distance <= 0:
+        raise SystemExit(f"error: --max-distance must be a positive integer, got {max_distance}")
+    words = args.sentence.split()
+    if not words:
+        raise SystemExit("error: --sentence is empty")
+    dictionary = task.source_dictionary
+    ids = [dictionary.eos()] + [dictionary.index(w) for w in words]  # fairseq LMs start after </s>
+    shown = ["</s>"] + [w if dictionary.index(w) != dictionary.unk() else f"{w} (unk)" for w in words]
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "positions.png"]
+    plot_positions(model, max_distance, written[0], args.dpi)
+    for layer, (before, after) in enumerate(attention_maps(model, torch.tensor([ids]))):
+        written.append(out / f"attention_layer{layer}.png")
+        plot_attention(before, after, shown, layer, written[-1], args.dpi)
+    return written
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    """Entry point of ``python -m fairseq_urpe.inspect`` and ``fairseq-urpe-inspect``: prints the files written."""
+    for path in write_plots(argv):
+        print(path)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

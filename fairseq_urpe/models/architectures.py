@@ -1,0 +1,78 @@
+"""Named architectures of ``relative_transformer_lm``: ``transformer_lm_<variant><size>``.
+
+Variant (what the position options default to; explicit flags still win):
+
+    rpe / urpe                 T5 bias; URPE adds the bucketed Toeplitz C
+    alibi / urpe_alibi         ALiBi linear bias, fixed slopes
+    log / urpe_log             logarithmic bias, learned slopes
+    learned / urpe_learned     one learned bias per distance (Shaw et al.)
+    nope / urpe_nope           no bias, no absolute positions (URPE: C alone)
+    ape / urpe_ape             no bias, fairseq's sinusoidal absolute positions
+    <any of these>_dpf         dot-product-free: scores from the bias alone (for nope/ape: a uniform
+                               causal average, reweighted by C in URPE)
+
+Size: none (fairseq's ``transformer_lm``: 6 layers, width 512), ``_tiny`` (2 layers, width 64, for tests
+and the CPU demo), ``_wiki103`` (Baevski & Auli's adaptive-input model), ``_gpt2_small``.
+"""
+
+from fairseq.models import register_model_architecture
+from fairseq.models.transformer_lm import base_lm_architecture, transformer_lm_baevski_wiki103, transformer_lm_gpt2_small
+from fairseq.utils import safe_getattr
+
+URPE = {"urpe_toeplitz": "bucketed"}
+RPE = {"urpe_toeplitz": "none"}
+KINDS = {  # the part of the name after "transformer_lm_" for RPE; URPE prefixes "urpe_" (T5 is plain "urpe")
+    "rpe": {"rpe_kind": "t5"},
+    "alibi": {"rpe_kind": "alibi"},
+    "log": {"rpe_kind": "log"},
+    "learned": {"rpe_kind": "learned"},
+    "nope": {"rpe_kind": "none"},
+    "ape": {"rpe_kind": "none", "absolute_positions": True},
+}
+
+
+def tiny_sizes(args):
+    """A model small enough for tests and the CPU demo: 2 layers, width 64, 4 heads."""
+    args.decoder_embed_dim = safe_getattr(args, "decoder_embed_dim", 64)
+    args.decoder_ffn_embed_dim = safe_getattr(args, "decoder_ffn_embed_dim", 256)
+    args.decoder_layers = safe_getattr(args, "decoder_layers", 2)
+    args.decoder_attention_heads = safe_getattr(args, "decoder_attention_heads", 4)
+
+
+SIZES = {
+    "": base_lm_architecture,
+    "_tiny": tiny_sizes,
+    "_wiki103": transformer_lm_baevski_wiki103,  # adaptive input/softmax, 16 layers, width 1024
+    "_gpt2_small": transformer_lm_gpt2_small,  # 24 layers, width 1024, 16 heads, GELU
+}
+
+
+def variants():
+    """``{variant name: position options}`` for every registered variant."""
+    table = {}
+    for kind, options in KINDS.items():
+        urpe_name = "urpe" if kind == "rpe" else f"urpe_{kind}"
+        table[kind] = {**options, **RPE}
+        table[urpe_name] = {**options, **URPE}
+        table[f"{kind}_dpf"] = {**options, **RPE, "dot_product_free": True}
+        table[f"{urpe_name}_dpf"] = {**options, **URPE, "dot_product_free": True}
+    return table
+
+
+def preset(options, sizes):
+    """An arch function: ``sizes``, then the position ``options`` where the user gave none, then fairseq's defaults."""
+
+    def architecture(args):
+        sizes(args)
+        for name, value in options.items():
+            setattr(args, name, safe_getattr(args, name, value))
+        base_lm_architecture(args)
+
+    return architecture
+
+
+ARCHITECTURES = {}
+for _variant, _options in variants().items():
+    for _size, _sizes in SIZES.items():
+        _name = f"transformer_lm_{_variant}{_size}"
+        ARCHITECTURES[_name] = register_model_architecture("relative_transformer_lm", _name)(preset(_options, _sizes))

@@ -1,0 +1,50 @@
+"""Every named variant of the family (bias kind x RPE/URPE x dot product or not) trains a few updates
+with the real ``fairseq-train`` and is scored by the real ``fairseq-eval-lm`` at 3x its training length
+(1x for the absolute-position variants, whose embedding table stops there; see test_end_to_end)."""
+
+import math
+
+import pytest
+import torch
+
+from fairseq_urpe.models.architectures import variants
+from tests.cli.test_end_to_end import eval_lm_args, load_checkpoint, num_updates, parse_eval_lm, train_args
+
+VARIANTS = sorted(variants())
+TPS, UPDATES = 32, 6
+
+
+@pytest.fixture(scope="module")
+def family_runs(cli, brown_data, tmp_path_factory):
+    """``{variant: (train result, checkpoint path, eval-lm result)}``."""
+    root = tmp_path_factory.mktemp("family")
+    jobs = {
+        v: ("train", train_args(brown_data, root / v, "--arch", f"transformer_lm_{v}_tiny", "--max-update", UPDATES,
+                                "--disable-validation", "--no-save-optimizer-state", tps=TPS, max_tokens=512))
+        for v in VARIANTS
+    }
+    trained = cli.run_many(jobs)
+    evals = {}
+    for v in VARIANTS:
+        checkpoint = root / v / "checkpoint_last.pt"
+        if trained[v].returncode == 0:
+            evals[v] = ("eval-lm", eval_lm_args(brown_data, checkpoint, tps=TPS if "ape" in v else 3 * TPS))
+    scored = cli.run_many(evals)
+    return {v: (trained[v], root / v / "checkpoint_last.pt", scored.get(v)) for v in VARIANTS}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_variant_trains_and_eval_lm_scores_every_valid_token(family_runs, brown_data, variant):
+    trained, checkpoint, scored = family_runs[variant]
+    trained.check()
+    state = load_checkpoint(checkpoint)
+    assert num_updates(state) == UPDATES
+    assert state["cfg"]["model"]["_name"] == f"transformer_lm_{variant}_tiny"
+    options = variants()[variant]
+    assert state["cfg"]["model"]["rpe_kind"] == options["rpe_kind"]
+    assert state["cfg"]["model"]["dot_product_free"] == options.get("dot_product_free", False)
+    assert all(torch.isfinite(p).all() for p in state["model"].values())
+    result = parse_eval_lm(scored.check().output)
+    assert result.tokens == brown_data.tokens["valid"]
+    assert math.isfinite(result.ppl) and 1 < result.ppl < brown_data.uniform_ppl

@@ -1,0 +1,154 @@
+"""The family's named archs through fairseq's parser: options they set, incremental decoding, long
+inputs, bad flag combinations, and checkpoints written before the family existed."""
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from fairseq import checkpoint_utils
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+from fairseq_urpe.models.architectures import ARCHITECTURES, variants
+from fairseq_urpe.models.transformer_lm_urpe import RelativeTransformerLanguageModel
+from fairseq_urpe.modules import ALiBiBias, LearnedDistanceBias, LogBias, T5RelativeBias, ToeplitzReweighting
+from tests.models.test_transformer_lm_urpe import randomise_positions
+
+LEGACY = Path(__file__).parent / "legacy"
+BIAS_CLASS = {"t5": T5RelativeBias, "alibi": ALiBiBias, "log": LogBias, "learned": LearnedDistanceBias, "none": type(None)}
+VARIANTS = sorted(variants())
+
+
+def test_naming_scheme_covers_every_kind_with_and_without_urpe_and_dot_product():
+    expected = {"rpe", "urpe", "alibi", "urpe_alibi", "log", "urpe_log", "learned", "urpe_learned", "nope", "urpe_nope",
+                "ape", "urpe_ape"}
+    expected |= {f"{v}_dpf" for v in expected}
+    assert set(VARIANTS) == expected
+    for variant in VARIANTS:
+        for size in ("", "_tiny", "_wiki103", "_gpt2_small"):
+            assert ARCH_MODEL_REGISTRY[f"transformer_lm_{variant}{size}"] is RelativeTransformerLanguageModel
+    assert len(ARCHITECTURES) == 4 * len(VARIANTS)
+
+
+@pytest.mark.parametrize(
+    "arch,expected",
+    [
+        ("transformer_lm_alibi", dict(rpe_kind="alibi", urpe_toeplitz="none", decoder_layers=6)),
+        ("transformer_lm_urpe_log_wiki103", dict(rpe_kind="log", urpe_toeplitz="bucketed", decoder_layers=16,
+                                                 adaptive_input=True)),
+        ("transformer_lm_urpe_learned_dpf_tiny", dict(rpe_kind="learned", urpe_toeplitz="bucketed",
+                                                      dot_product_free=True, decoder_embed_dim=64)),
+        ("transformer_lm_ape_gpt2_small", dict(rpe_kind="none", absolute_positions=True, decoder_layers=24)),
+    ],
+)
+def test_family_presets_set_position_options_and_sizes(arch, expected):
+    args = argparse.Namespace()
+    ARCH_CONFIG_REGISTRY[arch](args)
+    for key, value in expected.items():
+        assert getattr(args, key) == value, key
+
+
+def test_explicit_flags_override_the_arch(build_lm):
+    model, _ = build_lm("transformer_lm_alibi_tiny", "--rpe-kind", "log", "--urpe-toeplitz", "unique")
+    attn = model.decoder.layers[0].self_attn
+    assert isinstance(attn.position_bias, LogBias) and attn.toeplitz.parameterisation == "unique"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_each_variant_builds_its_modules(build_lm, variant):
+    model, cfg = build_lm(f"transformer_lm_{variant}_tiny")
+    options = variants()[variant]
+    attn = model.decoder.layers[1].self_attn
+    assert isinstance(attn.position_bias, BIAS_CLASS[options["rpe_kind"]])
+    assert isinstance(attn.toeplitz, ToeplitzReweighting) == (options["urpe_toeplitz"] == "bucketed")
+    assert attn.dot_product == (not options.get("dot_product_free", False))
+    assert (model.decoder.embed_positions is not None) == options.get("absolute_positions", False)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_incremental_decoding_equals_full_forward_with_beam_reorder(build_lm, variant):
+    model, _ = build_lm(f"transformer_lm_{variant}_tiny", "--rpe-num-buckets", "8", "--rpe-max-distance", "8")
+    model = randomise_positions(model).double().eval()
+    torch.manual_seed(2)
+    tokens = torch.randint(4, 40, (3, 14))
+    tokens[:, 0] = 2
+    split, new_order = 5, torch.tensor([2, 0, 0])
+    reordered = torch.cat([tokens[new_order, :split], tokens[:, split:]], dim=1)
+    with torch.no_grad():
+        full = model(reordered)[0]
+        state, steps = {}, []
+        for t in range(tokens.size(1)):
+            if t == split:
+                model.decoder.reorder_incremental_state_scripting(state, new_order)
+            prefix = tokens[:, : t + 1] if t < split else reordered[:, : t + 1]
+            steps.append(model.decoder(prefix, incremental_state=state)[0])
+    steps = torch.cat(steps, dim=1)
+    torch.testing.assert_close(steps[:, split:], full[:, split:], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(steps[new_order, :split], full[:, :split], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if "ape" not in v])  # APE is bounded by its table
+def test_three_times_the_training_length_gives_finite_normalised_distributions(build_lm, variant):
+    model, _ = build_lm(f"transformer_lm_{variant}_tiny", tokens_per_sample=16)
+    model = randomise_positions(model).eval()
+    assert model.max_positions() == sys.maxsize
+    tokens = torch.randint(4, 40, (2, 48))
+    with torch.no_grad():
+        lprobs = model.get_normalized_probs(model(tokens), log_probs=True)
+    assert torch.isfinite(lprobs).all()
+    torch.testing.assert_close(lprobs.exp().sum(-1), torch.ones(2, 48))
+
+
+@pytest.mark.parametrize(
+    "arch,flags,message",
+    [
+        ("transformer_lm_rpe_tiny", ["--rpe-slopes", "learned"], "--rpe-slopes applies to --rpe-kind alibi or log; --rpe-kind t5 has no slopes"),
+        ("transformer_lm_learned_tiny", ["--rpe-slopes", "fixed"], "--rpe-kind learned has no slopes"),
+        ("transformer_lm_nope_tiny", ["--rpe-slopes", "fixed"], "--rpe-kind none has no slopes"),
+        ("transformer_lm_learned_tiny", ["--rpe-max-distance", "-4"], "--rpe-max-distance must be a positive integer, got -4"),
+        ("transformer_lm_urpe_alibi_tiny", ["--urpe-toeplitz", "unique", "--urpe-max-distance", "-1"],
+         "--urpe-max-distance must be a positive integer, got -1"),
+    ],
+)
+def test_bad_flag_combinations_are_refused_naming_the_option(build_lm, arch, flags, message):
+    with pytest.raises(ValueError, match=message):
+        build_lm(arch, *flags)
+
+
+@pytest.mark.parametrize("flags,message", [(["--rpe-kind", "rope"], "argument --rpe-kind: invalid choice: 'rope'"),
+                                           (["--rpe-slopes", "random"], "argument --rpe-slopes: invalid choice: 'random'")])
+def test_unknown_kinds_are_refused_by_the_parser(build_lm, capsys, flags, message):
+    with pytest.raises(SystemExit):
+        build_lm("transformer_lm_urpe_tiny", *flags)
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("slopes,learnable", [(None, True), ("fixed", False), ("learned", True)])
+def test_log_slopes_default_to_learned_and_alibi_to_fixed(build_lm, slopes, learnable):
+    flags = ["--rpe-slopes", slopes] if slopes else []
+    log, _ = build_lm("transformer_lm_log_tiny", *flags)
+    assert log.decoder.layers[0].self_attn.position_bias.learnable == learnable
+    alibi, _ = build_lm("transformer_lm_alibi_tiny", *flags)
+    assert alibi.decoder.layers[0].self_attn.position_bias.learnable == (slopes == "learned")
+
+
+@pytest.mark.parametrize("name", ["rpe", "urpe_bucketed", "urpe_unique"])
+def test_checkpoints_written_before_the_family_load_and_give_identical_outputs(name):
+    """tests/models/legacy/*.pt were written by fairseq-train at commit c42afd5 (no --rpe-kind,
+    --rpe-slopes or --dot-product-free in their config); expected.pt holds that code's outputs."""
+    saved = torch.load(LEGACY / "expected.pt")
+    models, _ = checkpoint_utils.load_model_ensemble([str(LEGACY / f"{name}.pt")], arg_overrides={"data": str(LEGACY)})
+    model = models[0].eval()
+    assert "rpe_kind" not in torch.load(LEGACY / f"{name}.pt", weights_only=False)["cfg"]["model"]
+    attn = model.decoder.layers[0].self_attn
+    assert isinstance(attn.position_bias, T5RelativeBias) and attn.dot_product
+    stored = torch.load(LEGACY / f"{name}.pt", weights_only=False)["model"]
+    loaded = model.state_dict()
+    assert set(loaded) == set(stored)
+    assert all(torch.equal(loaded[key], stored[key]) for key in stored)
+    with torch.no_grad():
+        got = model.get_normalized_probs(model(saved["input"]), log_probs=True)
+    # Bit-identical on the machine that wrote expected.pt; float32 tolerance because another CPU's
+    # BLAS (AVX2 vs AVX-512 kernels) may round the same matmuls differently.
+    torch.testing.assert_close(got, saved["log_probs"][name])

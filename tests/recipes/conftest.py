@@ -1,0 +1,209 @@
+"""Fixtures for the recipe tests: the real scripts of examples/wikitext103, run as subprocesses on the
+WikiText-format fixture (fixtures/wikitext-103, made by fixtures/make_wikitext_fixture.py).
+
+The expensive runs (binarizing, training, evaluating) are started once per session by ``recipe_runs``,
+two at a time in the background, in the order the tests need them; each test waits for the runs it
+uses. Every script runs with ``OMP_NUM_THREADS=1`` (see tests/cli/conftest.py: more threads per process
+are many times slower on two busy cores), from a working directory outside the repository, with the
+environment of the interpreter running pytest (``URPE_VENV``).
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Optional
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPES = REPO / "examples" / "wikitext103"
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "wikitext-103"
+SMOKE_MAX_TOKENS = 256  # train.sh's SMOKE defaults: --max-tokens, tokens per update, updates
+SMOKE_BATCH_TOKENS = 512
+SMOKE_MAX_UPDATE = 40
+PIPELINE_ARCHS = ("transformer_lm_urpe_wiki103", "transformer_lm_wiki103")
+RESUME_MAX_UPDATE = 60  # the resume test: a run killed after its first checkpoint, then rerun
+RESUME_SAVE_INTERVAL = 20
+BPE_VOCAB = 500
+
+
+@dataclass
+class Run:
+    cmd: str
+    returncode: int
+    output: str  # stdout and stderr together, in order
+    seconds: float
+
+    def check(self) -> "Run":
+        if self.returncode != 0:
+            raise AssertionError(f"{self.cmd} failed with exit code {self.returncode}:\n{self.output[-5000:]}")
+        return self
+
+
+def recipe_env(wt103_dir, **knobs) -> Dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+               URPE_VENV=sys.prefix, WT103_DIR=str(wt103_dir))
+    for name in ("ARCH", "ARCHS", "SMOKE", "CPU_PROCS", "GPUS", "RUN_NAME", "BPE", "VOCAB", "DATA_BIN", "RAW_DIR",
+                 "SAVE_DIR", "FORCE", "UPDATE_FREQ", "MAX_UPDATE", "WIKITEXT_DIR", "URL", "DRY_RUN", "NNODES"):
+        env.pop(name, None)  # knobs from the caller's shell must not leak into the tests
+    env.update({k: str(v) for k, v in knobs.items()})
+    return env
+
+
+def run_recipe(script: str, cwd: Path, wt103_dir, timeout: float = 300, **knobs) -> Run:
+    """``bash examples/wikitext103/<script>`` with the given knobs, from ``cwd``."""
+    start = time.time()
+    proc = subprocess.run(["bash", str(RECIPES / script)], cwd=cwd, env=recipe_env(wt103_dir, **knobs),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    knob_text = " ".join(f"{k}={v}" for k, v in knobs.items())
+    return Run(f"{knob_text} bash {script}", proc.returncode, proc.stdout, time.time() - start)
+
+
+def run_killed_after_first_checkpoint(script: str, cwd: Path, wt103_dir, log: Path, **knobs) -> Run:
+    """Start a recipe in its own process group, and kill the whole group (SIGTERM) as soon as fairseq
+    reports its first saved checkpoint."""
+    start = time.time()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(["bash", str(RECIPES / script)], cwd=cwd, env=recipe_env(wt103_dir, **knobs),
+                                stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            while proc.poll() is None and time.time() - start < 300:
+                if "| Saved checkpoint " in log.read_text():
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    break
+                time.sleep(0.1)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    return Run(f"{script} (killed)", proc.returncode, log.read_text(), time.time() - start)
+
+
+class RecipeRuns:
+    """The session's expensive recipe runs, two at a time in the background."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.cwd = root / "cwd"  # scripts run from here, with WT103_DIR given relative to it
+        self.cwd.mkdir()
+        self.wt103 = "wt103"
+        self.dir = self.cwd / self.wt103
+        self._pool = ThreadPoolExecutor(max_workers=2)
+        self._jobs = {}
+        self._submit("data", self._data)
+        self._submit("baselines", self._baselines)
+        self._submit("distributed", self._distributed)
+        self._submit("resume", self._resume)
+        self._submit("bpe", self._bpe)
+
+    def _submit(self, name, fn):
+        self._jobs[name] = self._pool.submit(fn)
+
+    def get(self, name):
+        return self._jobs[name].result()
+
+    def run(self, script, **knobs) -> Run:
+        return run_recipe(script, self.cwd, self.wt103, **knobs)
+
+    def _data(self):
+        prepare = self.run("prepare.sh", WIKITEXT_DIR=FIXTURE)
+        binarize = self.run("binarize.sh", WORKERS=1) if prepare.returncode == 0 else prepare
+        return {"prepare": prepare, "binarize": binarize}
+
+    def _baselines(self):
+        self.get("data")["binarize"].check()
+        return self.run("run_baselines.sh", timeout=900, SMOKE=1, ARCHS=" ".join(PIPELINE_ARCHS))
+
+    def _distributed(self):
+        self.get("data")["binarize"].check()
+        return self.run("train.sh", SMOKE=1, CPU_PROCS=2, ARCH=PIPELINE_ARCHS[0], RUN_NAME="distributed")
+
+    def _resume(self):
+        self.get("data")["binarize"].check()
+        knobs = dict(SMOKE=1, ARCH=PIPELINE_ARCHS[0], RUN_NAME="resume", MAX_UPDATE=RESUME_MAX_UPDATE,
+                     SAVE_INTERVAL_UPDATES=RESUME_SAVE_INTERVAL, LOG_INTERVAL=1)
+        killed = run_killed_after_first_checkpoint("train.sh", self.cwd, self.wt103, self.root / "resume-killed.log", **knobs)
+        at_kill = None
+        last = self.dir / "checkpoints" / "resume" / "checkpoint_last.pt"
+        if last.exists():
+            at_kill = self.root / "checkpoint_last_at_kill.pt"
+            at_kill.write_bytes(last.read_bytes())
+        rerun = self.run("train.sh", **knobs)
+        return {"killed": killed, "at_kill": at_kill, "rerun": rerun}
+
+    def _bpe(self):
+        self.get("data")["prepare"].check()
+        knobs = dict(BPE="sentencepiece", VOCAB=BPE_VOCAB)
+        binarize = self.run("binarize.sh", WORKERS=1, **knobs)
+        if binarize.returncode:
+            return {"binarize": binarize}
+        train = self.run("train.sh", SMOKE=1, ARCH=PIPELINE_ARCHS[0], RUN_NAME="bpe", MAX_UPDATE=12, WARMUP_UPDATES=2, **knobs)
+        evaluate = self.run("eval.sh", RUN_NAME="bpe", SPLITS="test", EXTRAPOLATE="1", **knobs) if train.returncode == 0 else train
+        return {"binarize": binarize, "train": train, "eval": evaluate}
+
+    def close(self):
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def durations(self) -> str:
+        """Seconds of each finished run, for the session's log (pytest -s shows it)."""
+        parts = []
+        for name, job in self._jobs.items():
+            if job.done() and not job.exception():
+                result = job.result()
+                runs = result.items() if isinstance(result, dict) else [("", result)]
+                parts += [f"{name}{'/' + key if key else ''} {run.seconds:.0f}s" for key, run in runs if isinstance(run, Run)]
+        return ", ".join(parts)
+
+
+@pytest.fixture(scope="session")
+def recipe_runs(tmp_path_factory):
+    runs = RecipeRuns(tmp_path_factory.mktemp("recipes"))
+    yield runs
+    runs.close()
+    print(f"\nrecipe runs: {runs.durations()}")
+
+
+@pytest.fixture
+def outside(tmp_path) -> Path:
+    """An empty working directory outside the repository, for the quick script runs."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    return cwd
+
+
+def load_checkpoint(path) -> dict:
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def num_updates(checkpoint: dict) -> int:
+    return checkpoint["optimizer_history"][-1]["num_updates"]
+
+
+def train_inner(log: str) -> Dict[int, dict]:
+    """``{num_updates: {"loss": str, "wpb": float}}`` of fairseq-train's train_inner lines."""
+    out = {}
+    for line in log.splitlines():
+        if "| train_inner |" in line:
+            fields = dict(re.findall(r"(\w+)=([-\w.]+)", line))
+            out[int(fields["num_updates"])] = {"loss": fields["loss"], "wpb": float(fields["wpb"])}
+    return out
+
+
+def weights(checkpoint: dict) -> Dict[str, "object"]:
+    """The model's parameters: floating-point tensors, without fairseq's ``_float_tensor`` buffers
+    (uninitialised one-element placeholders, different in every process)."""
+    return {k: v for k, v in checkpoint["model"].items() if v.is_floating_point() and not k.endswith("_float_tensor")}
+
+
+def last_match(pattern: str, text: str) -> Optional[re.Match]:
+    matches = list(re.finditer(pattern, text, re.M))
+    return matches[-1] if matches else None
