@@ -166,3 +166,34 @@ def test_model_fused_equals_dense_and_generation_uses_dense(build_lm, fused_call
         steps = [model(tokens[1:, : t + 1], incremental_state=state)[0] for t in range(8)]
     assert len(calls) == len(model.decoder.layers)  # only the full forward
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("bias_kind", ["alibi_learned", "log", "learned", "none"])
+def test_every_bias_kind_fused_equals_dense_with_unique_toeplitz(bias_kind, fused_calls):
+    """The kernel takes each kind's table by distance (the modules' shared call shape) and its gradient."""
+    from fairseq_urpe.modules import RelativeMultiheadAttention, ToeplitzReweighting
+    from tests.modules.test_attention_family import BIASES
+
+    length, batch = 19, 2
+    attns = []
+    for impl in ("fused", "dense"):
+        torch.manual_seed(7)
+        bias = BIASES[bias_kind][0]()
+        toeplitz = ToeplitzReweighting(HEADS, "unique", max_distance=6)
+        attn = RelativeMultiheadAttention(EMBED, HEADS, bias, toeplitz, attention_impl=impl).double()
+        for p in attn.parameters():
+            torch.nn.init.uniform_(p, 0.1, 1.0)  # b, c and projections away from their initial values
+        attns.append(attn)
+    x = torch.randn(length, batch, EMBED, dtype=torch.float64, requires_grad=True)
+    padding = torch.zeros(batch, length, dtype=torch.bool)
+    padding[1, :3] = True
+    upstream = torch.randn(length, batch, EMBED, dtype=torch.float64)
+    results = []
+    for attn in attns:
+        out = attn(x, x, x, key_padding_mask=padding, attn_mask=causal_mask(length), need_weights=False)[0]
+        results.append((out, torch.autograd.grad(out, [x] + list(attn.parameters()), upstream)))
+    assert len(fused_calls) == 1
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-10, atol=1e-10)
+    names = ["x"] + [n for n, _ in attns[0].named_parameters()]
+    for name, got, want in zip(names, results[0][1], results[1][1]):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10, msg=lambda m: f"gradient of {name}: {m}")
