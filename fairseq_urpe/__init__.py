@@ -5,3 +5,5 @@ Importing the package registers the models and architectures with fairseq
 """
 
 from . import models  # noqa: F401  (registers models and architectures)
+from . import tasks  # noqa: F401  (registers position_synthetic)
+from . import criterions  # noqa: F401  (registers token_accuracy)

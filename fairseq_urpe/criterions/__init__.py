@@ -1,0 +1,1 @@
+from . import token_accuracy  # noqa: F401  (registers the criterion)

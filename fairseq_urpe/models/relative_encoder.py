@@ -1,0 +1,166 @@
+"""A bidirectional RoBERTa-style encoder with RPE/URPE self-attention, for token-level tasks.
+
+The registered model ``relative_encoder`` is fairseq's ``TransformerEncoderBase`` (embeddings, layer
+norms, padding) whose layers build :class:`RelativeMultiheadAttention` with *bidirectional* position
+modules (``b`` and ``c`` see distances ``-D..D``), followed by fairseq's ``RobertaLMHead`` tied to the
+input embeddings: ``logits (B, T, V)`` for every input position. No absolute positions unless
+``--absolute-positions``. The named archs are ``relative_encoder_<variant>_<size>`` (end of this file).
+"""
+
+import sys
+from dataclasses import dataclass, field
+
+import torch.nn.functional as F
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.distributed import fsdp_wrap
+from fairseq.models import FairseqEncoderModel, register_model, register_model_architecture
+from fairseq.models.roberta.model import RobertaLMHead
+from fairseq.models.transformer import Embedding, TransformerEncoderBase
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
+from fairseq.utils import get_available_activation_fns, safe_getattr
+
+from ..modules import RelativeMultiheadAttention
+from .relative_decoder import build_position_bias, build_toeplitz
+from .relative_position_config import RelativePositionConfig, RelativeTransformerConfig
+
+
+@dataclass
+class RelativeEncoderConfig(RelativePositionConfig):
+    """Encoder sizes (defaults: RoBERTa-base width, 3 layers, as in the URPE paper's synthetic tasks)."""
+
+    encoder_layers: int = field(default=3, metadata={"help": "number of encoder layers"})
+    encoder_embed_dim: int = field(default=768, metadata={"help": "width"})
+    encoder_ffn_embed_dim: int = field(default=3072, metadata={"help": "FFN width"})
+    encoder_attention_heads: int = field(default=12, metadata={"help": "attention heads"})
+    encoder_normalize_before: bool = field(default=False, metadata={"help": "pre-norm layers (RoBERTa: post-norm)"})
+    layernorm_embedding: bool = field(default=True, metadata={"help": "layer norm on the embeddings (RoBERTa)"})
+    activation_fn: ChoiceEnum(get_available_activation_fns()) = field(default="gelu", metadata={"help": "FFN activation"})
+    dropout: float = field(default=0.1, metadata={"help": "dropout"})
+    attention_dropout: float = field(default=0.1, metadata={"help": "dropout on the attention weights"})
+    activation_dropout: float = field(default=0.0, metadata={"help": "dropout after the FFN activation"})
+    encoder_learned_pos: bool = field(
+        default=False, metadata={"help": "with --absolute-positions: learned (RoBERTa) instead of sinusoidal"}
+    )
+    no_token_positional_embeddings: bool = field(
+        default=False, metadata={"help": "set by the model from --absolute-positions; not a user option"}
+    )
+    max_source_positions: int = field(
+        default=1024, metadata={"help": "size of the absolute position table (with --absolute-positions)"}
+    )
+
+
+class RelativeEncoderLayer(TransformerEncoderLayerBase):
+    """fairseq's encoder layer whose self-attention is :class:`RelativeMultiheadAttention` (bidirectional)."""
+
+    def build_self_attention(self, embed_dim, cfg):
+        heads = cfg.encoder.attention_heads
+        return RelativeMultiheadAttention(
+            embed_dim,
+            heads,
+            position_bias=build_position_bias(cfg, heads, bidirectional=True),
+            toeplitz=build_toeplitz(cfg, heads, bidirectional=True),
+            dot_product=not cfg.dot_product_free,
+            dropout=cfg.attention_dropout,
+            q_noise=self.quant_noise,
+            qn_block_size=self.quant_noise_block_size,
+        )
+
+
+class RelativeTransformerEncoder(TransformerEncoderBase):
+    """Stock encoder with relative layers; ``b`` and ``c`` shared by all layers unless ``--rpe-per-layer``."""
+
+    def __init__(self, args, dictionary, embed_tokens):
+        super().__init__(RelativeTransformerConfig.from_namespace(args), dictionary, embed_tokens)
+        if not self.cfg.rpe_per_layer:
+            first = self.layers[0].self_attn
+            for layer in self.layers[1:]:
+                layer.self_attn.position_bias = first.position_bias
+                layer.self_attn.toeplitz = first.toeplitz
+
+    def build_encoder_layer(self, cfg):
+        # fairseq's TransformerEncoderBase.build_encoder_layer with our layer class: same wrappers.
+        layer = RelativeEncoderLayer(cfg, return_fc=self.return_fc)
+        if cfg.checkpoint_activations:
+            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+        min_params_to_wrap = cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0
+        return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
+
+    def max_positions(self):
+        return super().max_positions() if self.embed_positions is not None else sys.maxsize
+
+
+@register_model("relative_encoder", dataclass=RelativeEncoderConfig)
+class RelativeEncoderModel(FairseqEncoderModel):
+    """``forward(src_tokens, src_lengths) -> (logits (B, T, V), encoder output dict)``."""
+
+    def __init__(self, encoder, head):
+        super().__init__(encoder)
+        self.head = head
+
+    @classmethod
+    def build_model(cls, args, task):
+        length = task.max_positions() if isinstance(task.max_positions(), int) else None
+        if safe_getattr(args, "urpe_max_distance", None) is None:
+            args.urpe_max_distance = (length or safe_getattr(args, "max_source_positions", 1024)) - 1
+        if not safe_getattr(args, "absolute_positions", False):
+            args.no_token_positional_embeddings = True
+        elif length is not None:
+            args.max_source_positions = max(length, safe_getattr(args, "max_source_positions", length))
+        dictionary = task.source_dictionary
+        embed_tokens = Embedding(len(dictionary), args.encoder_embed_dim, dictionary.pad())
+        encoder = RelativeTransformerEncoder(args, dictionary, embed_tokens)
+        head = RobertaLMHead(args.encoder_embed_dim, len(dictionary), args.activation_fn, weight=embed_tokens.weight)
+        return cls(encoder, head)
+
+    def forward(self, src_tokens, src_lengths=None, **kwargs):
+        out = self.encoder(src_tokens, src_lengths=src_lengths)
+        features = out["encoder_out"][0].transpose(0, 1)  # (B, T, E)
+        return self.head(features), out  # (B, T, V)
+
+    def get_normalized_probs(self, net_output, log_probs, sample=None):
+        logits = net_output[0].float()  # (B, T, V)
+        return F.log_softmax(logits, dim=-1) if log_probs else F.softmax(logits, dim=-1)
+
+    def max_positions(self):
+        return self.encoder.max_positions()
+
+
+# Named archs: relative_encoder_<variant>_<size>. Variants as the URPE paper's synthetic table:
+#   rpe   one learned bias per distance ("unique" RPE, --rpe-kind learned), no C
+#   urpe  the same bias and a per-distance ("unique") C initialised to ones
+#   ape   no relative bias; learned absolute positions (RoBERTa's)   (reference: should solve both)
+#   nope  neither (reference: permutation-equivariant, should fail both)
+ENCODER_VARIANTS = {
+    "rpe": {"rpe_kind": "learned", "urpe_toeplitz": "none"},
+    "urpe": {"rpe_kind": "learned", "urpe_toeplitz": "unique"},
+    "ape": {"rpe_kind": "none", "urpe_toeplitz": "none", "absolute_positions": True, "encoder_learned_pos": True},
+    "nope": {"rpe_kind": "none", "urpe_toeplitz": "none"},
+}
+ENCODER_SIZES = {  # layers, width, heads, FFN, dropout
+    "paper": (3, 768, 12, 3072, 0.1),  # RoBERTa-base width, 3 layers (Luo et al., section 5.1)
+    "cpu": (3, 64, 4, 256, 0.0),
+    "tiny": (2, 32, 2, 64, 0.0),  # tests
+}
+
+
+def encoder_preset(options, sizes):
+    layers, width, heads, ffn, dropout = sizes
+
+    def architecture(args):
+        for name, value in {
+            "encoder_layers": layers, "encoder_embed_dim": width, "encoder_attention_heads": heads,
+            "encoder_ffn_embed_dim": ffn, "dropout": dropout, "attention_dropout": dropout, **options,
+        }.items():
+            setattr(args, name, safe_getattr(args, name, value))
+
+    return architecture
+
+
+ENCODER_ARCHITECTURES = {}
+for _variant, _options in ENCODER_VARIANTS.items():
+    for _size, _sizes in ENCODER_SIZES.items():
+        _name = f"relative_encoder_{_variant}_{_size}"
+        ENCODER_ARCHITECTURES[_name] = register_model_architecture("relative_encoder", _name)(
+            encoder_preset(_options, _sizes)
+        )

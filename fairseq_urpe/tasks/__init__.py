@@ -1,0 +1,1 @@
+from . import position_synthetic  # noqa: F401  (registers the task)
