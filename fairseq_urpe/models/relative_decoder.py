@@ -66,6 +66,7 @@ class RelativeDecoderLayer(TransformerDecoderLayerBase):
             dropout=cfg.attention_dropout,
             q_noise=self.quant_noise,
             qn_block_size=self.quant_noise_block_size,
+            attention_impl=str(cfg.urpe_attention_impl),
         )
 
 

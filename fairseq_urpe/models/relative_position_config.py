@@ -11,6 +11,7 @@ KIND_CHOICES = ChoiceEnum(list(POSITION_KINDS))
 SLOPE_CHOICES = ChoiceEnum(["fixed", "learned"])
 TOEPLITZ_CHOICES = ChoiceEnum(["none", "bucketed", "unique"])
 BEYOND_MAX_CHOICES = ChoiceEnum(["clamp", "error"])
+ATTENTION_IMPL_CHOICES = ChoiceEnum(["auto", "dense", "fused"])
 
 
 @dataclass
@@ -59,6 +60,14 @@ class RelativePositionConfig(FairseqDataclass):
     urpe_beyond_max: BEYOND_MAX_CHOICES = field(
         default="clamp",
         metadata={"help": "'unique' C beyond --urpe-max-distance: 'clamp' reuses the last entry, 'error' refuses"},
+    )
+    urpe_attention_impl: ATTENTION_IMPL_CHOICES = field(
+        default="auto",
+        metadata={
+            "help": "'fused': the Triton kernel (CUDA; an error where it cannot run), 'dense': plain PyTorch, "
+            "'auto': fused where it can run (CUDA, Triton, no attention dropout), else dense. Incremental "
+            "decoding always uses the dense path"
+        },
     )
     absolute_positions: bool = field(
         default=False,

@@ -15,7 +15,9 @@ import torch
 from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
+from ..kernels.dispatch import fused_relative_attention, use_fused_attention
 from .precision import at_least_float32
+from .reweighted_softmax import expand_by_distance, softmax_reweight_values
 
 
 class RelativeMultiheadAttention(MultiheadAttention):
@@ -31,6 +33,7 @@ class RelativeMultiheadAttention(MultiheadAttention):
         toeplitz: module of the same call shape multiplied onto the probabilities, or ``None`` (RPE).
         dot_product: ``False`` drops ``Q K^T`` (and the query/key projections): the attention
             pattern comes from the position bias alone and is shared by the whole batch.
+        attention_impl: ``auto``, ``dense`` or ``fused``: see :mod:`fairseq_urpe.kernels.dispatch`.
     """
 
     def __init__(
@@ -44,6 +47,7 @@ class RelativeMultiheadAttention(MultiheadAttention):
         bias: bool = True,
         q_noise: float = 0.0,
         qn_block_size: int = 8,
+        attention_impl: str = "auto",
     ):
         super().__init__(
             embed_dim,
@@ -57,6 +61,7 @@ class RelativeMultiheadAttention(MultiheadAttention):
         self.position_bias = position_bias
         self.toeplitz = toeplitz
         self.dot_product = dot_product
+        self.attention_impl = attention_impl
         if not dot_product:  # unused parameters would also break DDP's gradient reduction
             self.q_proj = self.k_proj = None
 
@@ -109,8 +114,22 @@ class RelativeMultiheadAttention(MultiheadAttention):
             self._set_input_buffer(incremental_state, saved)
         src_len = v.size(2)
 
+        dropout_active = self.dropout_module.p > 0 and (self.training or self.dropout_module.apply_during_inference)
+        if use_fused_attention(self.attention_impl, v, attn_mask, incremental_state is not None, need_weights,
+                               dropout_active, self.dot_product):
+            q = split_heads(self.q_proj(query)) * self.scaling
+            out = fused_relative_attention(q, k, v, self.position_bias, self.toeplitz, key_padding_mask)  # (B, H, T, d)
+            return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None
+
         key_positions = torch.arange(src_len, device=query.device)  # (S,)
         query_positions = key_positions[src_len - tgt_len :]  # (T,): the last T of the S positions
+        # Position modules depend only on i - j: evaluate each once per distance -(T-1) .. S-1, then expand
+        # to (H, T, S) by one gather, instead of once per (query, key) pair in every module.
+        distances = torch.arange(tgt_len + src_len - 1, device=query.device)  # entry e: distance e - (T - 1)
+        distance_index = query_positions[:, None] - key_positions[None, :] + (tgt_len - 1)  # (T, S)
+
+        def by_distance(module: nn.Module) -> Tensor:
+            return module(distances, distances[tgt_len - 1 : tgt_len])[:, :, 0]  # (H, T + S - 1)
 
         in_place = self.dot_product  # only then is `scores` a fresh (B, H, T, S) tensor of our own
         if self.dot_product:
@@ -118,9 +137,9 @@ class RelativeMultiheadAttention(MultiheadAttention):
             # In place below: neither matmul, the upcast, add nor masked_fill needs its output for backward.
             scores = at_least_float32(torch.matmul(q, k.transpose(2, 3)))  # (B, H, T, S)
             if self.position_bias is not None:
-                scores += self.position_bias(query_positions, key_positions)  # (H, T, S)
+                scores += expand_by_distance(by_distance(self.position_bias), distance_index)  # (H, T, S)
         elif self.position_bias is not None:
-            scores = self.position_bias(query_positions, key_positions)[None]  # (1, H, T, S)
+            scores = expand_by_distance(by_distance(self.position_bias), distance_index)[None]  # (1, H, T, S)
         else:
             scores = v.new_zeros((1, 1, tgt_len, src_len), dtype=torch.promote_types(v.dtype, torch.float32))
         if key_padding_mask is not None:
@@ -132,12 +151,16 @@ class RelativeMultiheadAttention(MultiheadAttention):
         if attn_mask is not None:
             mask = at_least_float32(attn_mask)  # (T, S)
             scores = scores.add_(mask) if in_place else scores + mask
-        weights = torch.softmax(scores, dim=-1)  # (B or 1, H or 1, T, S), at least float32
-        if self.toeplitz is not None:
-            weights = weights * self.toeplitz(query_positions, key_positions)
-        weights = weights.expand(bsz, heads, tgt_len, src_len)  # a view; dropout then draws per example
-
-        out = torch.matmul(self.dropout_module(weights.to(v.dtype)), v)  # (B, H, T, d)
+        c_table = by_distance(self.toeplitz) if self.toeplitz is not None else None  # (H, T + S - 1)
+        if c_table is not None and self.dot_product and not need_weights and not dropout_active:
+            # The same math, keeping only softmax(S) for backward (not also A ⊙ C, C): URPE's memory is RPE's.
+            out = softmax_reweight_values(scores, c_table, distance_index, v)  # (B, H, T, d)
+        else:
+            weights = torch.softmax(scores, dim=-1)  # (B or 1, H or 1, T, S), at least float32
+            if c_table is not None:
+                weights = weights * expand_by_distance(c_table, distance_index)
+            weights = weights.expand(bsz, heads, tgt_len, src_len)  # a view; dropout then draws per example
+            out = torch.matmul(self.dropout_module(weights.to(v.dtype)), v)  # (B, H, T, d)
         out = self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim))  # (T, B, E)
 
         if not need_weights:

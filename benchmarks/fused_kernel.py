@@ -1,0 +1,196 @@
+"""The fused Triton kernel alone against PyTorch's flash attention; and an ahead-of-time compile check.
+
+Needs only torch and triton (the kernel is loaded from its file, so fairseq need not be installed).
+
+On a CUDA GPU (the issue's target: length 2048, head dim 64, bfloat16, forward+backward within 1.3x of
+``scaled_dot_product_attention`` with the flash backend and no bias):
+    python benchmarks/fused_kernel.py                                 # checks against the reference, then times
+    python benchmarks/fused_kernel.py --blocks '{"forward": [64, 64, 4]}'   # try other tiles
+
+Anywhere (no GPU needed): compile the kernels for sm_90 and sm_80 and report registers, spills, shared memory:
+    python benchmarks/fused_kernel.py --compile-check
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+KERNELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_urpe", "kernels")
+
+
+def load(name: str):
+    """``fairseq_urpe/kernels/<name>.py`` as a standalone module (no fairseq import)."""
+    spec = importlib.util.spec_from_file_location(f"urpe_{name}", os.path.join(KERNELS, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 64, blocks=None, report=True):
+    """Compile forward, dK/dV and dQ kernels for ``sm_<capability>`` without a GPU; per kernel a dict of
+    registers, spilled bytes (``None`` where ptxas could not be asked) and shared memory."""
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+
+    kernel = load("fused_urpe_attention")
+    cfg = {**kernel.GPU_BLOCKS, **(blocks or {})}
+    if head_dim > 64 and not blocks:
+        cfg.update(forward=(64, 64, 4), dkdv=(32, 64, 4), dq=(64, 32, 4))
+    pointers = {name: f"*{dtype}" for name in ("Q", "K", "V", "DO", "Out", "DQ", "DK", "DV")}
+    pointers.update({name: "*fp32" for name in ("BIAS", "CTAB", "RowMax", "RowSum", "Delta", "DBIAS", "DC")})
+    pointers["PAD"] = "*i8"
+    common = dict(HAS_BIAS=True, HAS_C=True, HAS_PAD=True, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+                  PRECISION="ieee", ACC=tl.float32)
+    in_dq = cfg["table_grads"] == "dq"
+    jobs = {
+        "forward": (kernel._forward_kernel, cfg["forward"], {}),
+        "dkdv": (kernel._backward_dkdv_kernel, cfg["dkdv"], dict(BIAS_GRAD=not in_dq, C_GRAD=not in_dq)),
+        "dq": (kernel._backward_dq_kernel, cfg["dq"], dict(BIAS_GRAD=in_dq, C_GRAD=in_dq)),
+    }
+    target = GPUTarget("cuda", capability, 32)
+    backend = triton.compiler.make_backend(target)
+    results = {}
+    for name, (fn, (block_m, block_n, warps), extra) in jobs.items():
+        constexprs = dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **extra)
+        signature = {arg: "constexpr" if arg in constexprs else pointers.get(arg, "fp32" if arg == "scale" else "i32")
+                     for arg in fn.arg_names}
+        source = triton.compiler.ASTSource(fn=fn, constexprs=constexprs, signature=signature)
+        options = backend.parse_options({"num_warps": warps, "num_stages": cfg["num_stages"]})
+        compiled = triton.compile(source, target=target, options=options.__dict__)
+        results[name] = dict(tiles=(block_m, block_n, warps), shared_bytes=compiled.metadata.shared,
+                             **_ptxas_usage(compiled.asm["ptx"], capability))
+        if report:
+            print(f"sm_{capability} {dtype} d={head_dim} {name}: tiles {block_m}x{block_n}, {warps} warps; "
+                  f"{results[name]['registers']} registers, {results[name]['spill_bytes']} bytes spilled, "
+                  f"{results[name]['shared_bytes']} bytes shared memory", flush=True)
+    return results
+
+
+def _ptxas_usage(ptx: str, capability: int):
+    """Registers and spill stores as Triton's bundled ptxas reports them (None where it cannot say)."""
+    import triton
+
+    folder = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    arch = f"sm_{capability}a" if capability >= 90 else f"sm_{capability}"
+    for ptxas in ("ptxas-blackwell", "ptxas"):
+        path = os.path.join(folder, ptxas)
+        if not os.path.exists(path):
+            continue
+        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+            f.write(ptx)
+        try:
+            out = subprocess.run([path, "-v", "--gpu-name", arch, f.name, "-o", os.devnull],
+                                 capture_output=True, text=True).stderr
+        finally:
+            os.unlink(f.name)
+        regs, spill = re.search(r"Used (\d+) registers", out), re.search(r"(\d+) bytes spill stores", out)
+        if regs:
+            return dict(registers=int(regs.group(1)), spill_bytes=int(spill.group(1)) if spill else 0)
+    return dict(registers=None, spill_bytes=None)
+
+
+def check_and_time(args):
+    """On CUDA: correctness against the reference at a small awkward shape, then the timings."""
+    import triton
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    kernel, reference = load("fused_urpe_attention"), load("reference")
+    fused = kernel.fused_causal_urpe_attention
+    device, dtype = torch.device("cuda"), getattr(torch, args.dtype)
+    blocks = json.loads(args.blocks) if args.blocks else None
+
+    torch.manual_seed(0)
+    for check_dtype, tol in ((torch.float32, 2e-3), (dtype, 3e-2)):  # TF32 may be on for float32 matmuls
+        q, k, v = (torch.randn(2, 3, 333, 64, device=device, dtype=check_dtype, requires_grad=True) for _ in range(3))
+        b = torch.randn(3, 333, device=device, requires_grad=True)
+        c = torch.rand(3, 333, device=device).add(0.5).requires_grad_()
+        pad = torch.zeros(2, 333, dtype=torch.bool, device=device)
+        pad[1, :5] = True
+        out, want = fused(q, k, v, b, c, pad, blocks=blocks), reference.causal_urpe_attention_reference(q, k, v, b, c, pad)
+        g = torch.randn_like(out)
+        got_grads = torch.autograd.grad(out, (q, k, v, b, c), g)
+        want_grads = torch.autograd.grad(want, (q, k, v, b, c), g)
+        for name, x, y in zip(("out", "dq", "dk", "dv", "dbias", "dc"), (out,) + got_grads, (want,) + want_grads):
+            err = ((x.float() - y.float()).abs().max() / y.float().abs().max().clamp(min=1e-6)).item()
+            print(f"check {check_dtype}: {name} max error / max value = {err:.2e}", flush=True)
+            assert err < tol, f"{name} differs from the reference ({err:.2e})"
+
+    results = {}
+    batch, heads, length, dim = args.batch, args.heads, args.length, args.head_dim
+    q, k, v = (torch.randn(batch, heads, length, dim, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+    b = torch.randn(heads, length, device=device, requires_grad=True)
+    c = torch.rand(heads, length, device=device).add(0.5).requires_grad_()
+    grad = torch.randn_like(q)
+
+    def sdpa():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    cases = {
+        "sdpa_flash_no_bias": sdpa,
+        "fused_bias_and_toeplitz": lambda: fused(q, k, v, b, c, blocks=blocks),
+        "fused_no_tables": lambda: fused(q, k, v, blocks=blocks),
+        "dense_reference": lambda: reference.causal_urpe_attention_reference(q, k, v, b, c),
+    }
+    for name, fn in cases.items():
+        try:
+            forward_ms = triton.testing.do_bench(fn)
+            both_ms = triton.testing.do_bench(lambda: torch.autograd.grad(fn(), (q, k, v), grad))
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            torch.autograd.grad(fn(), (q, k, v), grad)
+            extra = torch.cuda.max_memory_allocated() - base
+        except torch.cuda.OutOfMemoryError:
+            results[name] = "out of memory"
+            continue
+        results[name] = dict(forward_ms=forward_ms, forward_backward_ms=both_ms, peak_extra_bytes=extra)
+        print(f"{name}: forward {forward_ms:.3f} ms, forward+backward {both_ms:.3f} ms, "
+              f"peak extra memory {extra / 2**20:.1f} MiB", flush=True)
+    ref = results["sdpa_flash_no_bias"]["forward_backward_ms"]
+    for name in ("fused_bias_and_toeplitz", "fused_no_tables"):
+        if isinstance(results.get(name), dict):
+            results[name]["forward_backward_vs_sdpa_flash"] = results[name]["forward_backward_ms"] / ref
+            print(f"{name} / sdpa flash, forward+backward: {results[name]['forward_backward_vs_sdpa_flash']:.2f} "
+                  "(target <= 1.3 for the first)", flush=True)
+    return results
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--compile-check", action="store_true", help="compile for sm_90 and sm_80; no GPU needed")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--length", type=int, default=2048)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    parser.add_argument("--blocks", default=None, help="JSON overriding the kernel's GPU_BLOCKS")
+    parser.add_argument("--json", default="benchmarks/results/fused_kernel.json")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from benchmarks.common import command_line, machine, print_machine, write_json
+
+    info = machine()
+    print_machine(info)
+    if args.compile_check:
+        blocks = json.loads(args.blocks) if args.blocks else None
+        short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[args.dtype]
+        results = {f"sm_{cap}": compile_kernels(cap, short, args.head_dim, blocks) for cap in (90, 80)}
+    elif not torch.cuda.is_available():
+        sys.exit("no CUDA device: the kernel's speed cannot be measured here (--compile-check works without one)")
+    else:
+        results = check_and_time(args)
+    write_json(args.json, {"benchmark": "fused_kernel", "command": command_line(__file__, argv), "machine": info,
+                           "settings": {k: v for k, v in vars(args).items() if k != "json"}, "results": results})
+    return results
+
+
+if __name__ == "__main__":
+    main()

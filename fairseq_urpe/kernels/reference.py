@@ -1,0 +1,41 @@
+"""Plain PyTorch reference of the fused kernel's math, with the ``T x T`` matrices written out.
+
+    S = scale Q K^T + B (+ padded keys at the dtype's lowest value, future keys at -inf)
+    O = (softmax(S) ⊙ C) V          B_ij = bias_by_distance[h, i - j],  C_ij = c_by_distance[h, i - j]
+
+The same rules as the dense attention module: scores, softmax and ``C`` in at least float32, the
+probabilities cast to ``v``'s dtype for the product with ``V``. Imports only torch.
+"""
+
+import math
+from typing import Optional
+
+import torch
+
+
+def causal_urpe_attention_reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    bias_by_distance: Optional[torch.Tensor] = None,
+    c_by_distance: Optional[torch.Tensor] = None,
+    key_padding_mask: Optional[torch.Tensor] = None,
+    scale: Optional[float] = None,
+) -> torch.Tensor:
+    """``(B, H, T, d)`` causal attention with a bias and a Toeplitz reweighting by distance (see module doc)."""
+    length, head_dim = q.size(2), q.size(3)
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    dtype = torch.promote_types(q.dtype, torch.float32)
+    scores = torch.matmul(q, k.transpose(2, 3)).to(dtype) * scale  # (B, H, T, T)
+    positions = torch.arange(length, device=q.device)
+    distance = positions[:, None] - positions[None, :]  # (T, T): i - j
+    index = distance.clamp(min=0)  # future keys read entry 0; the causal mask removes them
+    if bias_by_distance is not None:
+        scores = scores + bias_by_distance.to(dtype)[:, index]  # (H, T, T)
+    if key_padding_mask is not None:
+        scores = scores.masked_fill(key_padding_mask.to(torch.bool)[:, None, None, :], torch.finfo(dtype).min)
+    scores = scores.masked_fill(distance < 0, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if c_by_distance is not None:
+        weights = weights * c_by_distance.to(dtype)[:, index]
+    return torch.matmul(weights.to(v.dtype), v)  # (B, H, T, d)

@@ -1,0 +1,199 @@
+"""The dispatch between the fused kernel and the dense path, and the fused path inside the attention and the model.
+
+The fused runs use Triton's interpreter on CPU (``--urpe-attention-impl fused`` with TRITON_INTERPRET=1,
+set in conftest.py), in float64, so fused and dense must agree to rounding.
+"""
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from fairseq_urpe.kernels import dispatch  # noqa: E402
+from fairseq_urpe.kernels.dispatch import is_future_mask, table_by_distance, use_fused_attention  # noqa: E402
+from fairseq_urpe.modules import T5RelativeBias  # noqa: E402
+from tests.models.conftest import build_lm, dict_dir  # noqa: E402,F401  (fixtures)
+from tests.modules.test_urpe_attention import EMBED, HEADS, make_attention  # noqa: E402
+from tests.reference import causal_mask  # noqa: E402
+
+
+def q_like(device="cpu", dtype=torch.float32, length=6, head_dim=16):
+    return torch.zeros(2, 3, length, head_dim, dtype=dtype, device=device)
+
+
+def decide(impl, q=None, attn_mask="causal", incremental=False, need_weights=False, dropout=False, dot_product=True):
+    q = q_like() if q is None else q
+    mask = causal_mask(q.size(2), torch.float32) if attn_mask == "causal" else attn_mask
+    return use_fused_attention(impl, q, mask, incremental, need_weights, dropout, dot_product)
+
+
+def test_fused_is_chosen_only_for_full_causal_calls_without_weights():
+    assert decide("fused")  # CPU under the interpreter: forced fused runs
+    assert not decide("dense")
+    assert not decide("fused", incremental=True)
+    assert not decide("fused", need_weights=True)
+    assert not decide("fused", attn_mask=None)  # no mask: full-context attention
+    assert not decide("fused", attn_mask=torch.zeros(6, 6))
+    assert not decide("auto")  # auto never interprets on CPU
+
+
+@pytest.mark.parametrize(
+    "kwargs,reason",
+    [
+        (dict(dropout=True), "attention dropout"),
+        (dict(dot_product=False), "dot-product-free"),
+        (dict(q=q_like(head_dim=160)), "head dim 160"),
+    ],
+)
+def test_forced_fused_names_the_flag_and_auto_falls_back(kwargs, reason):
+    with pytest.raises(RuntimeError, match=f"--urpe-attention-impl fused cannot run here: .*{reason}"):
+        decide("fused", **kwargs)
+    assert not decide("auto", **kwargs)
+
+
+def test_forced_fused_on_cpu_without_the_interpreter_or_without_triton_is_an_error(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(RuntimeError, match="--urpe-attention-impl fused cannot run here: tensors are on cpu"):
+        decide("fused")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(dispatch, "triton_available", lambda: False)
+    with pytest.raises(RuntimeError, match="triton is not installed"):
+        decide("fused")
+    with pytest.raises(ValueError, match="--urpe-attention-impl must be one of auto, dense, fused"):
+        decide("flash")
+
+
+def test_future_mask_check_accepts_only_fairseqs_causal_mask_and_notices_in_place_changes():
+    from fairseq.utils import fill_with_neg_inf
+
+    buffer = torch.triu(fill_with_neg_inf(torch.zeros([10, 10])), 1)  # fairseq's buffered_future_mask
+    assert is_future_mask(buffer[:7, :7], 7) and is_future_mask(buffer[:7, :7], 7)  # the second from the cache
+    assert not is_future_mask(buffer[:7, :7], 8)
+    assert not is_future_mask(buffer.t().contiguous()[:7, :7], 7)
+    assert not is_future_mask(torch.full((7, 7), -1e9).triu(1), 7)
+    buffer[2, 1] = -5.0  # in place: the version counter changes, so the cache is not trusted
+    assert not is_future_mask(buffer[:7, :7], 7)
+
+
+def test_table_by_distance_is_the_module_along_its_first_column():
+    bias = T5RelativeBias(HEADS, 8, 10)
+    torch.nn.init.normal_(bias.weight)
+    positions = torch.arange(23)
+    full = bias(positions, positions)  # (H, T, T)
+    table = table_by_distance(bias, 23, torch.device("cpu"))  # (H, T)
+    for i in range(23):
+        for j in range(i + 1):
+            assert torch.equal(full[:, i, j], table[:, i - j])
+    table.sum().backward()
+    assert bias.weight.grad is not None
+
+
+def spy(fn, calls):
+    """``fn`` that also appends to ``calls`` each time it runs."""
+
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        return fn(*args, **kwargs)
+
+    return wrapped
+
+
+@pytest.fixture
+def fused_calls(monkeypatch):
+    """Calls of the fused path from the attention module, counted."""
+    calls = []
+    monkeypatch.setattr("fairseq_urpe.modules.urpe_attention.fused_relative_attention",
+                        spy(dispatch.fused_relative_attention, calls))
+    return calls
+
+
+@pytest.mark.parametrize("kind", ["rpe", "urpe_bucketed", "urpe_unique"])
+def test_attention_module_fused_equals_dense_forward_and_backward(kind, fused_calls):
+    length, batch = 23, 2  # 23 > max_distance 10: clamped and log buckets
+    fused, dense = make_attention(kind, seed=length), make_attention(kind, seed=length)
+    fused.attention_impl, dense.attention_impl = "fused", "dense"
+    x = torch.randn(length, batch, EMBED, dtype=torch.float64, requires_grad=True)
+    padding = torch.zeros(batch, length, dtype=torch.bool)
+    padding[0, -3:] = True  # right padding
+    padding[1, :2] = True  # left padding: queries 0 and 1 of sequence 1 see only pads
+    upstream = torch.randn(length, batch, EMBED, dtype=torch.float64)
+    outs, grads = [], []
+    for attn in (fused, dense):
+        out, weights = attn(x, x, x, key_padding_mask=padding, attn_mask=causal_mask(length), need_weights=False)
+        assert weights is None
+        outs.append(out)
+        grads.append(torch.autograd.grad(out, [x] + list(attn.parameters()), upstream))
+    assert len(fused_calls) == 1  # the fused module used the kernel, the dense one did not
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-10, atol=1e-10)
+    names = ["x"] + [n for n, _ in fused.named_parameters()]
+    for name, got, want in zip(names, *grads):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10, msg=lambda m: f"gradient of {name}: {m}")
+
+
+def test_model_fused_equals_dense_and_generation_uses_dense(build_lm, fused_calls):  # noqa: F811
+    calls = fused_calls
+    models = []
+    for impl in ("fused", "dense"):
+        model, cfg = build_lm("transformer_lm_urpe_tiny", "--urpe-attention-impl", impl, "--dropout", "0",
+                              tokens_per_sample=24)
+        assert cfg.model.urpe_attention_impl == impl
+        models.append(model.double())
+    models[0].load_state_dict(models[1].state_dict())
+    torch.manual_seed(2)
+    for name, p in models[1].named_parameters():  # move b and c off their initial 0 and 1, in both
+        if "position_bias" in name or "toeplitz" in name:
+            p.data.uniform_(0.2, 1.5)
+    models[0].load_state_dict(models[1].state_dict())
+    tokens = torch.randint(4, 40, (2, 21))
+    tokens[0, -4:] = 1  # padding index: fairseq passes a key padding mask
+    logits, grads = [], []
+    for model in models:
+        model.train()
+        out = model(tokens)[0]
+        logits.append(out)
+        grads.append(torch.autograd.grad(out.logsumexp(-1).sum(), list(model.parameters())))
+    assert len(calls) == len(models[0].decoder.layers)  # every fused layer, once
+    torch.testing.assert_close(logits[0], logits[1], rtol=1e-10, atol=1e-10)
+    for (name, _), got, want in zip(models[0].named_parameters(), *grads):
+        torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-10, msg=lambda m: f"gradient of {name}: {m}")
+
+    # Incremental decoding with the fused model takes the dense path and reproduces the full forward.
+    model = models[0].eval()
+    calls.clear()
+    state = {}
+    with torch.no_grad():
+        full = model(tokens[1:, :8])[0]
+        steps = [model(tokens[1:, : t + 1], incremental_state=state)[0] for t in range(8)]
+    assert len(calls) == len(model.decoder.layers)  # only the full forward
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("bias_kind", ["alibi_learned", "log", "learned", "none"])
+def test_every_bias_kind_fused_equals_dense_with_unique_toeplitz(bias_kind, fused_calls):
+    """The kernel takes each kind's table by distance (the modules' shared call shape) and its gradient."""
+    from fairseq_urpe.modules import RelativeMultiheadAttention, ToeplitzReweighting
+    from tests.modules.test_attention_family import BIASES
+
+    length, batch = 19, 2
+    attns = []
+    for impl in ("fused", "dense"):
+        torch.manual_seed(7)
+        bias = BIASES[bias_kind][0]()
+        toeplitz = ToeplitzReweighting(HEADS, "unique", max_distance=6)
+        attn = RelativeMultiheadAttention(EMBED, HEADS, bias, toeplitz, attention_impl=impl).double()
+        for p in attn.parameters():
+            torch.nn.init.uniform_(p, 0.1, 1.0)  # b, c and projections away from their initial values
+        attns.append(attn)
+    x = torch.randn(length, batch, EMBED, dtype=torch.float64, requires_grad=True)
+    padding = torch.zeros(batch, length, dtype=torch.bool)
+    padding[1, :3] = True
+    upstream = torch.randn(length, batch, EMBED, dtype=torch.float64)
+    results = []
+    for attn in attns:
+        out = attn(x, x, x, key_padding_mask=padding, attn_mask=causal_mask(length), need_weights=False)[0]
+        results.append((out, torch.autograd.grad(out, [x] + list(attn.parameters()), upstream)))
+    assert len(fused_calls) == 1
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-10, atol=1e-10)
+    names = ["x"] + [n for n, _ in attns[0].named_parameters()]
+    for name, got, want in zip(names, results[0][1], results[1][1]):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10, msg=lambda m: f"gradient of {name}: {m}")
