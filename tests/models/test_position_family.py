@@ -13,7 +13,11 @@ from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq_urpe.models.architectures import ARCHITECTURES, variants
 from fairseq_urpe.models.transformer_lm_urpe import RelativeTransformerLanguageModel
 from fairseq_urpe.modules import ALiBiBias, LearnedDistanceBias, LogBias, T5RelativeBias, ToeplitzReweighting
-from tests.models.test_transformer_lm_urpe import randomise_positions
+from tests.models.checks import (
+    assert_finite_normalised_distributions,
+    assert_incremental_decoding_equals_full_forward,
+    randomise_positions,
+)
 
 LEGACY = Path(__file__).parent / "legacy"
 BIAS_CLASS = {"t5": T5RelativeBias, "alibi": ALiBiBias, "log": LogBias, "learned": LearnedDistanceBias, "none": type(None)}
@@ -69,23 +73,7 @@ def test_each_variant_builds_its_modules(build_lm, variant):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_incremental_decoding_equals_full_forward_with_beam_reorder(build_lm, variant):
     model, _ = build_lm(f"transformer_lm_{variant}_tiny", "--rpe-num-buckets", "8", "--rpe-max-distance", "8")
-    model = randomise_positions(model).double().eval()
-    torch.manual_seed(2)
-    tokens = torch.randint(4, 40, (3, 14))
-    tokens[:, 0] = 2
-    split, new_order = 5, torch.tensor([2, 0, 0])
-    reordered = torch.cat([tokens[new_order, :split], tokens[:, split:]], dim=1)
-    with torch.no_grad():
-        full = model(reordered)[0]
-        state, steps = {}, []
-        for t in range(tokens.size(1)):
-            if t == split:
-                model.decoder.reorder_incremental_state_scripting(state, new_order)
-            prefix = tokens[:, : t + 1] if t < split else reordered[:, : t + 1]
-            steps.append(model.decoder(prefix, incremental_state=state)[0])
-    steps = torch.cat(steps, dim=1)
-    torch.testing.assert_close(steps[:, split:], full[:, split:], rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(steps[new_order, :split], full[:, :split], rtol=1e-10, atol=1e-10)
+    assert_incremental_decoding_equals_full_forward(randomise_positions(model).double().eval(), [2, 0, 0])
 
 
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if "ape" not in v])  # APE is bounded by its table
@@ -93,11 +81,7 @@ def test_three_times_the_training_length_gives_finite_normalised_distributions(b
     model, _ = build_lm(f"transformer_lm_{variant}_tiny", tokens_per_sample=16)
     model = randomise_positions(model).eval()
     assert model.max_positions() == sys.maxsize
-    tokens = torch.randint(4, 40, (2, 48))
-    with torch.no_grad():
-        lprobs = model.get_normalized_probs(model(tokens), log_probs=True)
-    assert torch.isfinite(lprobs).all()
-    torch.testing.assert_close(lprobs.exp().sum(-1), torch.ones(2, 48))
+    assert_finite_normalised_distributions(model, 48)
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,11 @@ from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq_urpe.models.transformer_lm_urpe import RelativeTransformerLanguageModel
 from fairseq_urpe.modules import RelativeMultiheadAttention
 from tests.capabilities import needs_cpu_float16
+from tests.models.checks import (
+    assert_finite_normalised_distributions,
+    assert_incremental_decoding_equals_full_forward,
+    randomise_positions,
+)
 
 VARIANTS = {
     "rpe": ("transformer_lm_rpe_tiny",),
@@ -16,17 +21,6 @@ VARIANTS = {
     "urpe_per_layer": ("transformer_lm_urpe_tiny", "--rpe-per-layer"),
     "urpe_with_absolute": ("transformer_lm_urpe_tiny", "--absolute-positions"),
 }
-
-
-def randomise_positions(model):
-    """Move b and c away from their initial 0 and 1 so that position handling is really exercised."""
-    torch.manual_seed(1)
-    for name, p in model.named_parameters():
-        if "position_bias" in name:
-            torch.nn.init.normal_(p, std=1.0)
-        elif "toeplitz" in name:
-            torch.nn.init.uniform_(p, 0.0, 2.0)
-    return model
 
 
 def test_all_architectures_are_registered_to_the_plugin_model():
@@ -106,23 +100,7 @@ def test_shared_parameters_survive_a_state_dict_round_trip(build_lm):
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_incremental_decoding_equals_full_forward_with_beam_reorder(build_lm, variant):
     model, _ = build_lm(*VARIANTS[variant])
-    model = randomise_positions(model).double().eval()
-    torch.manual_seed(2)
-    tokens = torch.randint(4, 40, (3, 14))
-    tokens[:, 0] = 2  # </s> starts an LM sequence in fairseq
-    split, new_order = 5, torch.tensor([1, 1, 2])
-    reordered = torch.cat([tokens[new_order, :split], tokens[:, split:]], dim=1)
-    with torch.no_grad():
-        full = model(reordered)[0]  # (B, T, V)
-        state, steps = {}, []
-        for t in range(tokens.size(1)):
-            if t == split:
-                model.decoder.reorder_incremental_state_scripting(state, new_order)
-            prefix = tokens[:, : t + 1] if t < split else reordered[:, : t + 1]
-            steps.append(model.decoder(prefix, incremental_state=state)[0])
-    steps = torch.cat(steps, dim=1)
-    torch.testing.assert_close(steps[:, split:], full[:, split:], rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(steps[new_order, :split], full[:, :split], rtol=1e-10, atol=1e-10)
+    assert_incremental_decoding_equals_full_forward(randomise_positions(model).double().eval(), [1, 1, 2])
 
 
 @pytest.mark.parametrize("variant", ["rpe", "urpe_bucketed", "urpe_unique"])
@@ -131,11 +109,7 @@ def test_inputs_longer_than_training_give_finite_normalised_distributions(build_
     model, _ = build_lm(*VARIANTS[variant], tokens_per_sample=16)
     model = randomise_positions(model).eval()
     assert model.max_positions() == sys.maxsize
-    tokens = torch.randint(4, 40, (2, 16 * factor))
-    with torch.no_grad():
-        lprobs = model.get_normalized_probs(model(tokens), log_probs=True)
-    assert torch.isfinite(lprobs).all()
-    torch.testing.assert_close(lprobs.exp().sum(-1), torch.ones(2, 16 * factor))
+    assert_finite_normalised_distributions(model, 16 * factor)
 
 
 def test_unique_table_with_error_mode_refuses_longer_inputs_naming_the_option(build_lm):
