@@ -14,6 +14,7 @@ checkpoint's folder, else from the data path stored in the checkpoint.
 """
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -59,18 +60,24 @@ def load(checkpoint: Path, data: Optional[str]):
     data_dir = find_data_dir(checkpoint, data, state)
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides={"data": data_dir})
     model = models[0].eval()
-    if not hasattr(model.decoder.layers[0].self_attn, "toeplitz"):
+    if not hasattr(model.decoder.layers[0].self_attn, "positions"):
         raise SystemExit(f"error: {checkpoint} is not a fairseq_urpe model (arch {cfg.model._name})")
     return model, cfg, task
 
 
 def position_modules(model):
-    """``[(label, bias module or None, toeplitz module or None)]``: one entry if shared by all layers."""
-    attns = [layer.self_attn for layer in model.decoder.layers]
-    shared = all(a.position_bias is attns[0].position_bias and a.toeplitz is attns[0].toeplitz for a in attns)
-    if shared:
-        return [(f"all {len(attns)} layers (shared)", attns[0].position_bias, attns[0].toeplitz)]
-    return [(f"layer {i}", a.position_bias, a.toeplitz) for i, a in enumerate(attns)]
+    """``[(label, PositionModules)]``: one entry if the layers share them, else one per layer."""
+    decoder = model.decoder
+    if getattr(decoder, "shared_positions", None) is not None:
+        return [(f"all {len(decoder.layers)} layers (shared)", decoder.shared_positions)]
+    return [(f"layer {i}", layer.self_attn.positions) for i, layer in enumerate(decoder.layers)]
+
+
+def distance_tables(positions, max_distance: int):
+    """``{"b": (H, K + 1) or None, "c": ...}``: the tables at distances ``0 .. K``, read as the attention reads them."""
+    with torch.no_grad():
+        tables = positions.tables(1, max_distance + 1, torch.device("cpu"), torch.float32)  # one query, K + 1 keys
+    return {"b": tables.causal(tables.bias), "c": tables.causal(tables.reweight)}
 
 
 def plot_positions(model, max_distance: int, path: Path, dpi: int):
@@ -80,26 +87,28 @@ def plot_positions(model, max_distance: int, path: Path, dpi: int):
     distance = torch.arange(max_distance + 1)
     columns = [("b", "bias $b_h(k)$ (added to the scores)"), ("c", "URPE $c_h(k)$ (multiplies the probabilities)")]
     fig, axes = plt.subplots(len(rows), 2, figsize=(12, 3.2 * len(rows)), squeeze=False)
-    for row, (label, bias, toeplitz) in enumerate(rows):
+    for row, (label, positions) in enumerate(rows):
+        tables = distance_tables(positions, max_distance)
         for col, (name, title) in enumerate(columns):
             ax = axes[row][col]
-            module = bias if name == "b" else toeplitz
-            if module is None:
-                what = "no position bias (--rpe-kind none)" if name == "b" else "no Toeplitz C (RPE: C = 1)"
+            values = tables[name]  # (H, K + 1)
+            if values is None:
+                what = "no Toeplitz C (RPE: C = 1)"
+                if name == "b":
+                    what = "no bias b: q, k rotated by position" if positions.rotary is not None else "no position bias"
                 ax.text(0.5, 0.5, what, ha="center", va="center", transform=ax.transAxes)
                 ax.set_axis_off()
                 ax.set_title(f"{label}: {title}", fontsize=10)
                 continue
-            with torch.no_grad():
-                values = module.by_distance(distance).float()  # (H, K + 1)
-            for h, curve in enumerate(values):
+            for h, curve in enumerate(values.float()):
                 ax.plot(distance.numpy(), curve.numpy(), label=f"head {h}", linewidth=1.2)
             ax.set_title(f"{label}: {title}", fontsize=10)
             ax.set_xlabel("distance k = i - j (query minus key position)")
             ax.set_ylabel(f"${name}_h(k)$")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7, ncol=2 if values.size(0) > 8 else 1, loc="best")
-    fig.suptitle(f"Learned relative positions ({type(rows[0][1] or rows[0][2]).__name__}, {values.size(0)} heads)")
+    kinds = ", ".join(type(module).__name__ for _, module in rows[0][1].items()) or "no position modules"
+    fig.suptitle(f"Learned relative positions ({kinds}, {model.decoder.layers[0].self_attn.num_heads} heads)")
     fig.tight_layout()
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
@@ -125,13 +134,11 @@ def attention_maps(model, tokens: torch.Tensor):
     with torch.no_grad():
         for i, layer in enumerate(model.decoder.layers):
             attn, x = layer.self_attn, inputs[i]
-            after = attn(x, None, None, attn_mask=causal, need_head_weights=True)[1][:, 0]  # (H, T, T)
-            toeplitz, attn.toeplitz = attn.toeplitz, None
-            try:
-                before = attn(x, None, None, attn_mask=causal, need_head_weights=True)[1][:, 0]
-            finally:
-                attn.toeplitz = toeplitz
-            maps.append((before, after if toeplitz is not None else None))
+            tables = attn.positions.tables(length, length, x.device, x.dtype)
+            after = attn(x, None, None, attn_mask=causal, need_head_weights=True, position_tables=tables)[1][:, 0]  # (H, T, T)
+            without_c = dataclasses.replace(tables, reweight=None)
+            before = attn(x, None, None, attn_mask=causal, need_head_weights=True, position_tables=without_c)[1][:, 0]
+            maps.append((before, after if tables.reweight is not None else None))
     return maps
 
 

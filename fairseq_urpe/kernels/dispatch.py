@@ -106,26 +106,12 @@ def is_future_mask(attn_mask: Optional[torch.Tensor], length: int) -> bool:
     return causal
 
 
-def table_by_distance(position_module: Optional[torch.nn.Module], length: int, device: torch.device):
-    """``(H, length)`` values of a relative-position module at distances ``0 .. length - 1``, or ``None``.
-
-    Every position module maps ``(query_positions (T,), key_positions (S,))`` to ``(H, T, S)`` and depends
-    only on ``i - j``, so queries ``0 .. length - 1`` against key 0 give the whole causal table,
-    differentiably with respect to the module's parameters.
-    """
-    if position_module is None:
-        return None
-    positions = torch.arange(length, device=device)
-    return position_module(positions, positions[:1])[:, :, 0]
-
-
-def fused_relative_attention(q, k, v, position_bias, toeplitz, key_padding_mask=None) -> torch.Tensor:
-    """Causal ``(softmax(Q K^T + B) ⊙ C) V`` by the fused kernel; ``q`` (B, H, T, d) already scaled."""
+def fused_relative_attention(q, k, v, bias_table=None, c_table=None, key_padding_mask=None) -> torch.Tensor:
+    """Causal ``(softmax(Q K^T + B) ⊙ C) V`` by the fused kernel; ``q`` (B, H, T, d) already scaled (and q, k
+    already rotated, for RoPE); ``bias_table``, ``c_table``: ``(H, >= T)`` values at causal distances
+    ``0, 1, ...`` (or ``None``)."""
     from .fused_urpe_attention import fused_causal_urpe_attention  # imports triton
 
-    length = q.size(2)
-    bias = table_by_distance(position_bias, length, q.device)
-    c = table_by_distance(toeplitz, length, q.device)
     if key_padding_mask is not None:
         key_padding_mask = key_padding_mask.to(torch.bool)
-    return fused_causal_urpe_attention(q, k, v, bias, c, key_padding_mask, scale=1.0)
+    return fused_causal_urpe_attention(q, k, v, bias_table, c_table, key_padding_mask, scale=1.0)

@@ -1,6 +1,7 @@
 """Named architectures of ``relative_transformer_lm``: ``transformer_lm_<variant><size>``.
 
-Variant (what the position options default to; explicit flags still win):
+Variant (what the position options default to; explicit flags still win), one pair per position kind
+of :mod:`.position_kinds` (its ``arch`` name part; T5's is ``rpe``, whose URPE form is plain ``urpe``):
 
     rpe / urpe                 T5 bias; URPE adds the bucketed Toeplitz C
     alibi / urpe_alibi         ALiBi linear bias, fixed slopes
@@ -9,7 +10,7 @@ Variant (what the position options default to; explicit flags still win):
     nope / urpe_nope           no bias, no absolute positions (URPE: C alone)
     ape / urpe_ape             no bias, fairseq's sinusoidal absolute positions
     <any of these>_dpf         dot-product-free: scores from the bias alone (for nope/ape: a uniform
-                               causal average, reweighted by C in URPE)
+                               causal average, reweighted by C in URPE); not for kinds that act on q, k
 
 Size: none (fairseq's ``transformer_lm``: 6 layers, width 512), ``_tiny`` (2 layers, width 64, for tests
 and the CPU demo), ``_wiki103`` (Baevski & Auli's adaptive-input model), ``_gpt2_small``.
@@ -19,16 +20,11 @@ from fairseq.models import register_model_architecture
 from fairseq.models.transformer_lm import base_lm_architecture, transformer_lm_baevski_wiki103, transformer_lm_gpt2_small
 from fairseq.utils import safe_getattr
 
+from .position_kinds import POSITION_KINDS
+from .transformer_lm_urpe import RelativeTransformerLanguageModel
+
 URPE = {"urpe_toeplitz": "bucketed"}
 RPE = {"urpe_toeplitz": "none"}
-KINDS = {  # the part of the name after "transformer_lm_" for RPE; URPE prefixes "urpe_" (T5 is plain "urpe")
-    "rpe": {"rpe_kind": "t5"},
-    "alibi": {"rpe_kind": "alibi"},
-    "log": {"rpe_kind": "log"},
-    "learned": {"rpe_kind": "learned"},
-    "nope": {"rpe_kind": "none"},
-    "ape": {"rpe_kind": "none", "absolute_positions": True},
-}
 
 
 def tiny_sizes(args):
@@ -50,12 +46,15 @@ SIZES = {
 def variants():
     """``{variant name: position options}`` for every registered variant."""
     table = {}
-    for kind, options in KINDS.items():
-        urpe_name = "urpe" if kind == "rpe" else f"urpe_{kind}"
-        table[kind] = {**options, **RPE}
-        table[urpe_name] = {**options, **URPE}
-        table[f"{kind}_dpf"] = {**options, **RPE, "dot_product_free": True}
-        table[f"{urpe_name}_dpf"] = {**options, **URPE, "dot_product_free": True}
+    for kind_name, kind in POSITION_KINDS.items():
+        for part, defaults in kind.arch_parts(kind_name).items():
+            options = {"rpe_kind": kind_name, **defaults}
+            urpe_name = "urpe" if part == "rpe" else f"urpe_{part}"
+            table[part] = {**options, **RPE}
+            table[urpe_name] = {**options, **URPE}
+            if kind.dot_product_free:
+                table[f"{part}_dpf"] = {**options, **RPE, "dot_product_free": True}
+                table[f"{urpe_name}_dpf"] = {**options, **URPE, "dot_product_free": True}
     return table
 
 

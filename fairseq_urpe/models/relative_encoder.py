@@ -20,9 +20,8 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from fairseq.utils import get_available_activation_fns, safe_getattr
 
-from ..modules import RelativeMultiheadAttention
-from .relative_decoder import build_position_bias, build_toeplitz
 from .relative_position_config import RelativePositionConfig, RelativeTransformerConfig
+from .shared_positions import SharedPositionsMixin, relative_self_attention
 
 
 @dataclass
@@ -51,40 +50,39 @@ class RelativeEncoderConfig(RelativePositionConfig):
 
 
 class RelativeEncoderLayer(TransformerEncoderLayerBase):
-    """fairseq's encoder layer whose self-attention is :class:`RelativeMultiheadAttention` (bidirectional)."""
+    """fairseq's encoder layer whose self-attention is :class:`RelativeMultiheadAttention` (bidirectional),
+    using the encoder's shared position modules (``shared_positions``) or, if ``None``, its own."""
+
+    def __init__(self, cfg, return_fc=False, shared_positions=None):
+        self.shared_positions = shared_positions  # read by build_self_attention, which super().__init__ calls
+        super().__init__(cfg, return_fc)
 
     def build_self_attention(self, embed_dim, cfg):
-        heads = cfg.encoder.attention_heads
-        return RelativeMultiheadAttention(
-            embed_dim,
-            heads,
-            position_bias=build_position_bias(cfg, heads, bidirectional=True),
-            toeplitz=build_toeplitz(cfg, heads, bidirectional=True),
-            dot_product=not cfg.dot_product_free,
-            dropout=cfg.attention_dropout,
-            q_noise=self.quant_noise,
-            qn_block_size=self.quant_noise_block_size,
-        )
+        return relative_self_attention(self, cfg, embed_dim, cfg.encoder.attention_heads, self.shared_positions,
+                                       bidirectional=True)
 
 
-class RelativeTransformerEncoder(TransformerEncoderBase):
-    """Stock encoder with relative layers; ``b`` and ``c`` shared by all layers unless ``--rpe-per-layer``."""
+class RelativeTransformerEncoder(SharedPositionsMixin, TransformerEncoderBase):
+    """Stock encoder with relative layers; ``b`` and ``c`` built once here and shared by all layers unless
+    ``--rpe-per-layer`` (:mod:`.shared_positions`), evaluated once per forward."""
 
     def __init__(self, args, dictionary, embed_tokens):
-        super().__init__(RelativeTransformerConfig.from_namespace(args), dictionary, embed_tokens)
-        if not self.cfg.rpe_per_layer:
-            first = self.layers[0].self_attn
-            for layer in self.layers[1:]:
-                layer.self_attn.position_bias = first.position_bias
-                layer.self_attn.toeplitz = first.toeplitz
+        cfg = RelativeTransformerConfig.from_namespace(args)
+        self.init_shared_positions(cfg, cfg.encoder.attention_heads, cfg.encoder.embed_dim, bidirectional=True)
+        super().__init__(cfg, dictionary, embed_tokens)
+        self.own_shared_positions()
 
     def build_encoder_layer(self, cfg):
         # fairseq's TransformerEncoderBase.build_encoder_layer with our layer class: same wrappers.
-        layer = RelativeEncoderLayer(cfg, return_fc=self.return_fc)
+        layer = RelativeEncoderLayer(cfg, return_fc=self.return_fc, shared_positions=self.shared_positions)
         if cfg.checkpoint_activations:
             layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
         min_params_to_wrap = cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0
         return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
+
+    def forward(self, *args, **kwargs):
+        with self.one_forward():
+            return super().forward(*args, **kwargs)
 
     def max_positions(self):
         return super().max_positions() if self.embed_positions is not None else sys.maxsize

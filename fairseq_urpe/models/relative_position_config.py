@@ -6,7 +6,8 @@ from typing import Optional
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models.transformer import TransformerConfig
 
-POSITION_KINDS = ("t5", "alibi", "log", "learned", "none")
+from .position_kinds import POSITION_KINDS, kinds_with_slopes
+
 KIND_CHOICES = ChoiceEnum(list(POSITION_KINDS))
 SLOPE_CHOICES = ChoiceEnum(["fixed", "learned"])
 TOEPLITZ_CHOICES = ChoiceEnum(["none", "bucketed", "unique"])
@@ -19,13 +20,16 @@ class RelativePositionConfig(FairseqDataclass):
     rpe_kind: KIND_CHOICES = field(
         default="t5",
         metadata={
-            "help": "position bias b added to the scores: 't5' (learned, log-bucketed), 'alibi' (-m|k|), "
-            "'log' (-m log(1+|k|)), 'learned' (one scalar per distance up to --rpe-max-distance) or 'none'"
+            "help": "the relative positions, b(k) added to the scores or q, k rotated: "
+            + "; ".join(f"'{name}': {kind.description}" for name, kind in POSITION_KINDS.items())
         },
     )
     rpe_slopes: Optional[SLOPE_CHOICES] = field(
         default=None,
-        metadata={"help": "slopes m of 'alibi' or 'log': 'fixed' or 'learned' (default: fixed for alibi, learned for log)"},
+        metadata={
+            "help": f"slopes m of {' or '.join(repr(k) for k in kinds_with_slopes())}: 'fixed' or 'learned' (default: "
+            + ", ".join(f"{POSITION_KINDS[k].slopes} for {k}" for k in kinds_with_slopes()) + ")"
+        },
     )
     dot_product_free: bool = field(
         default=False,

@@ -1,23 +1,30 @@
 """Attention and position modules; nothing here knows about argparse or fairseq tasks."""
 
 from .alibi_bias import ALiBiBias, alibi_slopes
-from .distance_bias import LearnedDistanceBias
+from .distance_index import BucketIndex, ClippedIndex, clipped_distance_index, relative_position_bucket
+from .learned_distance_bias import LearnedDistanceBias
+from .learned_table import LearnedTable
 from .log_bias import LogBias
-from .relative_bias import T5RelativeBias
-from .relative_bucket import clipped_distance_index, relative_position_bucket
+from .position_tables import PositionModules, PositionTables
 from .relative_position import RelativePositionFunction
-from .toeplitz import ToeplitzReweighting
+from .t5_relative_bias import T5RelativeBias
+from .toeplitz_reweighting import ToeplitzReweighting
 from .urpe_attention import RelativeMultiheadAttention
 
 __all__ = [
     "ALiBiBias",
     "alibi_slopes",
-    "LearnedDistanceBias",
-    "LogBias",
-    "T5RelativeBias",
+    "BucketIndex",
+    "ClippedIndex",
     "clipped_distance_index",
     "relative_position_bucket",
+    "LearnedDistanceBias",
+    "LearnedTable",
+    "LogBias",
+    "PositionModules",
+    "PositionTables",
     "RelativePositionFunction",
+    "T5RelativeBias",
     "ToeplitzReweighting",
     "RelativeMultiheadAttention",
 ]

@@ -1,4 +1,4 @@
-"""The call shape shared by every position module: a per-head function of the distance ``i - j``."""
+"""The call shape of the position modules read by distance (the biases b, URPE's c): a per-head function of ``i - j``."""
 
 import torch
 from torch import nn
@@ -9,7 +9,8 @@ class RelativePositionFunction(nn.Module):
 
     ``forward(query_positions (T,), key_positions (S,)) -> (H, T, S)``, at least float32. Subclasses
     define ``by_distance(distance (...) long) -> (H, ...)``; ``by_distance(torch.arange(n))`` is the
-    ``(H, n)`` table of causal distances ``0 .. n-1`` (what a fused kernel needs).
+    ``(H, n)`` table of causal distances ``0 .. n-1``; attention reads these tables
+    (:class:`~fairseq_urpe.modules.position_tables.PositionTables`), not the ``(H, T, S)`` matrices.
     """
 
     def forward(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor:

@@ -1,12 +1,15 @@
 """Relative-position self-attention: RPE and URPE (Luo et al., NeurIPS 2022).
 
+    q, k = rotate(q, k)                     by their positions, if the kind rotates (RoPE); else as they are
     S    = Q K^T / sqrt(d) + B + M          B_ij = b_h(i - j) (RPE bias), M = causal/padding mask
                                             (dot-product-free: S = B + M, Wang & E, NeurIPS 2024)
     A    = softmax(S)                       in float32 for half/bfloat16 inputs (float64 stays float64)
     out  = dropout(A ⊙ C) V                 C_ij = c_h(i - j) (URPE Toeplitz; C = 1 is plain RPE)
 
-Positions are absolute indices into the (cached) sequence, so incremental decoding uses the same
-``i - j`` as the full forward.
+``b``, ``c`` and the rotation come as :class:`PositionTables` (plain tensors, per distance or position),
+from the position modules the attention owns or shares with other layers. Positions are absolute
+indices into the (cached) sequence, so incremental decoding uses the same ``i - j`` (and rotates each key
+once, at its own position, before caching it) as the full forward.
 """
 
 from typing import Dict, Optional, Tuple
@@ -16,21 +19,24 @@ from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
 from ..kernels.dispatch import fused_relative_attention, use_fused_attention
+from .position_tables import PositionModules, PositionTables, rotate
 from .precision import at_least_float32
 from .reweighted_softmax import expand_by_distance, softmax_reweight_values
 
 
 class RelativeMultiheadAttention(MultiheadAttention):
-    """Drop-in replacement for fairseq's self-attention with a position bias and a Toeplitz reweighting.
+    """Drop-in replacement for fairseq's self-attention with relative positions.
 
     Subclasses :class:`fairseq.modules.MultiheadAttention` for its projections, initialisation and
     incremental-state cache (``prev_key``/``prev_value`` as ``(B, H, S, d)``, reordered by
     ``reorder_incremental_state``); only ``forward`` is new.
 
     Args:
-        position_bias: module ``(query_positions (T,), key_positions (S,)) -> (H, T, S)`` added to the
-            scores, or ``None`` (no bias).
-        toeplitz: module of the same call shape multiplied onto the probabilities, or ``None`` (RPE).
+        position_bias: module with ``by_distance`` (H, ...) added to the scores, or ``None``.
+        toeplitz: module with ``by_distance`` multiplied onto the probabilities (URPE), or ``None`` (RPE).
+        rotary: module with ``rotation`` turning q and k by position (RoPE), or ``None``.
+        shared: instead of the three, :class:`PositionModules` that other layers use too. Their owner
+            (the encoder/decoder) registers them, so they are not parameters of this attention.
         dot_product: ``False`` drops ``Q K^T`` (and the query/key projections): the attention
             pattern comes from the position bias alone and is shared by the whole batch.
         attention_impl: ``auto``, ``dense`` or ``fused``: see :mod:`fairseq_urpe.kernels.dispatch`.
@@ -48,6 +54,8 @@ class RelativeMultiheadAttention(MultiheadAttention):
         q_noise: float = 0.0,
         qn_block_size: int = 8,
         attention_impl: str = "auto",
+        rotary: Optional[nn.Module] = None,
+        shared: Optional[PositionModules] = None,
     ):
         super().__init__(
             embed_dim,
@@ -58,8 +66,18 @@ class RelativeMultiheadAttention(MultiheadAttention):
             q_noise=q_noise,
             qn_block_size=qn_block_size,
         )
-        self.position_bias = position_bias
-        self.toeplitz = toeplitz
+        if shared is None:
+            self.position_bias, self.toeplitz, self.rotary = position_bias, toeplitz, rotary  # submodules
+            self.positions = PositionModules(position_bias, toeplitz, rotary)
+        else:
+            if position_bias is not None or toeplitz is not None or rotary is not None:
+                raise ValueError("give the position modules either one by one or as shared, not both")
+            self.positions = shared
+            # Plain references, not submodules: the encoder/decoder owns shared modules, outside the layers
+            # (which fully-sharded training wraps one by one), and the state dict lists them under it.
+            self.__dict__.update((slot, getattr(shared, slot)) for slot in PositionModules.SLOTS)
+        if self.positions.rotary is not None and not dot_product:
+            raise ValueError("a rotation of q and k needs the dot product: dot-product-free attention has no q, k")
         self.dot_product = dot_product
         self.attention_impl = attention_impl
         if not dot_product:  # unused parameters would also break DDP's gradient reduction
@@ -77,12 +95,14 @@ class RelativeMultiheadAttention(MultiheadAttention):
         attn_mask: Optional[Tensor] = None,
         before_softmax: bool = False,
         need_head_weights: bool = False,
+        position_tables: Optional[PositionTables] = None,
     ) -> Tuple[Tensor, Optional[Tensor]]:
         """``query``: (T, B, E), time first as in fairseq; ``key``/``value`` must be ``query`` or ``None``.
 
-        ``key_padding_mask``: (B, T) true at pads; ``attn_mask``: (T, S) additive float mask.
-        Returns ``(out (T, B, E), weights)`` where ``weights`` is ``A ⊙ C`` averaged over heads
-        (B, T, S), per head (H, B, T, S) with ``need_head_weights``, or ``None``.
+        ``key_padding_mask``: (B, T) true at pads; ``attn_mask``: (T, S) additive float mask;
+        ``position_tables``: tables to use instead of asking the position modules (inspect.py leaves
+        out ``c`` this way). Returns ``(out (T, B, E), weights)`` where ``weights`` is ``A ⊙ C`` averaged
+        over heads (B, T, S), per head (H, B, T, S) with ``need_head_weights``, or ``None``.
         """
         if (key is not None and key is not query) or (value is not None and value is not query):
             raise ValueError("RelativeMultiheadAttention is self-attention only: key and value must be the query")
@@ -96,50 +116,48 @@ class RelativeMultiheadAttention(MultiheadAttention):
             return x.view(tgt_len, bsz, heads, head_dim).permute(1, 2, 0, 3)  # (B, H, T, d)
 
         v = split_heads(self.v_proj(query))
-        k = split_heads(self.k_proj(query)) if self.dot_product else None
+        q = k = None
+        if self.dot_product:
+            q = split_heads(self.q_proj(query)) * self.scaling
+            k = split_heads(self.k_proj(query))
+        saved = self._get_input_buffer(incremental_state) if incremental_state is not None else None
+        src_len = tgt_len + (saved["prev_value"].size(2) if saved and "prev_value" in saved else 0)
+        tables = position_tables if position_tables is not None else self.positions.tables(tgt_len, src_len, query.device, v.dtype)
+        if (tables.tgt_len, tables.src_len) != (tgt_len, src_len):
+            raise ValueError(f"position tables for {tables.tgt_len} of {tables.src_len} positions, "
+                             f"but this call has {tgt_len} queries of {src_len}")
+        if tables.rotation is not None:  # new keys turned at their own positions, before they are cached
+            q, k = rotate(q, tables.rotation), rotate(k, tables.rotation)
 
-        if incremental_state is not None:
-            saved = self._get_input_buffer(incremental_state)
+        if saved is not None:
             if "prev_value" in saved:
                 v = torch.cat([saved["prev_value"], v], dim=2)  # (B, H, S, d)
                 if k is not None:
                     k = torch.cat([saved["prev_key"], k], dim=2)
             key_padding_mask = self._append_prev_key_padding_mask(
-                key_padding_mask, saved.get("prev_key_padding_mask"), bsz, v.size(2), False
+                key_padding_mask, saved.get("prev_key_padding_mask"), bsz, src_len, False
             )
             saved["prev_value"] = v
             if k is not None:
                 saved["prev_key"] = k
             saved["prev_key_padding_mask"] = key_padding_mask
             self._set_input_buffer(incremental_state, saved)
-        src_len = v.size(2)
 
         dropout_active = self.dropout_module.p > 0 and (self.training or self.dropout_module.apply_during_inference)
         if use_fused_attention(self.attention_impl, v, attn_mask, incremental_state is not None, need_weights,
                                dropout_active, self.dot_product):
-            q = split_heads(self.q_proj(query)) * self.scaling
-            out = fused_relative_attention(q, k, v, self.position_bias, self.toeplitz, key_padding_mask)  # (B, H, T, d)
+            out = fused_relative_attention(q, k, v, tables.causal(tables.bias), tables.causal(tables.reweight),
+                                           key_padding_mask)  # (B, H, T, d)
             return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None
-
-        key_positions = torch.arange(src_len, device=query.device)  # (S,)
-        query_positions = key_positions[src_len - tgt_len :]  # (T,): the last T of the S positions
-        # Position modules depend only on i - j: evaluate each once per distance -(T-1) .. S-1, then expand
-        # to (H, T, S) by one gather, instead of once per (query, key) pair in every module.
-        distances = torch.arange(tgt_len + src_len - 1, device=query.device)  # entry e: distance e - (T - 1)
-        distance_index = query_positions[:, None] - key_positions[None, :] + (tgt_len - 1)  # (T, S)
-
-        def by_distance(module: nn.Module) -> Tensor:
-            return module(distances, distances[tgt_len - 1 : tgt_len])[:, :, 0]  # (H, T + S - 1)
 
         in_place = self.dot_product  # only then is `scores` a fresh (B, H, T, S) tensor of our own
         if self.dot_product:
-            q = split_heads(self.q_proj(query)) * self.scaling
             # In place below: neither matmul, the upcast, add nor masked_fill needs its output for backward.
             scores = at_least_float32(torch.matmul(q, k.transpose(2, 3)))  # (B, H, T, S)
-            if self.position_bias is not None:
-                scores += expand_by_distance(by_distance(self.position_bias), distance_index)  # (H, T, S)
-        elif self.position_bias is not None:
-            scores = expand_by_distance(by_distance(self.position_bias), distance_index)[None]  # (1, H, T, S)
+            if tables.bias is not None:
+                scores += expand_by_distance(tables.bias, tables.index)  # (H, T, S)
+        elif tables.bias is not None:
+            scores = expand_by_distance(tables.bias, tables.index)[None]  # (1, H, T, S)
         else:
             scores = v.new_zeros((1, 1, tgt_len, src_len), dtype=torch.promote_types(v.dtype, torch.float32))
         if key_padding_mask is not None:
@@ -151,14 +169,13 @@ class RelativeMultiheadAttention(MultiheadAttention):
         if attn_mask is not None:
             mask = at_least_float32(attn_mask)  # (T, S)
             scores = scores.add_(mask) if in_place else scores + mask
-        c_table = by_distance(self.toeplitz) if self.toeplitz is not None else None  # (H, T + S - 1)
-        if c_table is not None and self.dot_product and not need_weights and not dropout_active:
+        if tables.reweight is not None and self.dot_product and not need_weights and not dropout_active:
             # The same math, keeping only softmax(S) for backward (not also A ⊙ C, C): URPE's memory is RPE's.
-            out = softmax_reweight_values(scores, c_table, distance_index, v)  # (B, H, T, d)
+            out = softmax_reweight_values(scores, tables.reweight, tables.index, v)  # (B, H, T, d)
         else:
             weights = torch.softmax(scores, dim=-1)  # (B or 1, H or 1, T, S), at least float32
-            if c_table is not None:
-                weights = weights * expand_by_distance(c_table, distance_index)
+            if tables.reweight is not None:
+                weights = weights * expand_by_distance(tables.reweight, tables.index)
             weights = weights.expand(bsz, heads, tgt_len, src_len)  # a view; dropout then draws per example
             out = torch.matmul(self.dropout_module(weights.to(v.dtype)), v)  # (B, H, T, d)
         out = self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim))  # (T, B, E)

@@ -10,8 +10,7 @@ import torch
 pytest.importorskip("triton")
 
 from fairseq_urpe.kernels import dispatch  # noqa: E402
-from fairseq_urpe.kernels.dispatch import is_future_mask, table_by_distance, use_fused_attention  # noqa: E402
-from fairseq_urpe.modules import T5RelativeBias  # noqa: E402
+from fairseq_urpe.kernels.dispatch import is_future_mask, use_fused_attention  # noqa: E402
 from tests.models.conftest import build_lm, dict_dir  # noqa: E402,F401  (fixtures)
 from tests.modules.test_urpe_attention import EMBED, HEADS, make_attention  # noqa: E402
 from tests.reference import causal_mask  # noqa: E402
@@ -73,19 +72,6 @@ def test_future_mask_check_accepts_only_fairseqs_causal_mask_and_notices_in_plac
     assert not is_future_mask(torch.full((7, 7), -1e9).triu(1), 7)
     buffer[2, 1] = -5.0  # in place: the version counter changes, so the cache is not trusted
     assert not is_future_mask(buffer[:7, :7], 7)
-
-
-def test_table_by_distance_is_the_module_along_its_first_column():
-    bias = T5RelativeBias(HEADS, 8, 10)
-    torch.nn.init.normal_(bias.weight)
-    positions = torch.arange(23)
-    full = bias(positions, positions)  # (H, T, T)
-    table = table_by_distance(bias, 23, torch.device("cpu"))  # (H, T)
-    for i in range(23):
-        for j in range(i + 1):
-            assert torch.equal(full[:, i, j], table[:, i - j])
-    table.sum().backward()
-    assert bias.weight.grad is not None
 
 
 def spy(fn, calls):

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from fairseq_urpe.modules.relative_bucket import check_bucket_options, relative_position_bucket
+from fairseq_urpe.modules.distance_index import check_bucket_options, relative_position_bucket
 from tests.reference import t5_bucket
 
 

@@ -1,0 +1,129 @@
+"""The tables one attention call reads (:class:`PositionTables`) and what makes them (:class:`PositionModules`).
+
+A position kind acts on attention in one of two places, and gives plain tensors for it:
+
+    scores             b_h(i - j) added to Q K^T            ``by_distance(distance) -> (H, ...)``
+    queries and keys   q_i, k_j rotated by angles of i, j   ``rotation(positions, dtype) -> (cos, sin)``
+
+URPE's ``c_h(i - j)``, multiplied onto the probabilities, is read by distance like ``b``. Every module
+is evaluated once per distance (or position) a call needs; the attention then only indexes and
+multiplies. When all layers share the modules, :meth:`PositionModules.one_forward` makes the tables of
+one forward once for all of them.
+"""
+
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass
+class PositionTables:
+    """What the position modules give one attention call whose ``T`` queries are the last ``T`` of ``S``
+    positions (``T = S`` for a full sequence, ``T = 1`` for a decoding step), as plain tensors:
+
+        bias      (H, T + S - 1) or None   b at distances -(T-1) .. S-1: entry e holds distance e - (T - 1)
+        reweight  (H, T + S - 1) or None   URPE's c at the same distances
+        rotation  ((T, d), (T, d)) or None cos and sin of the angles of positions S-T .. S-1, for
+                                           :func:`rotate` of the queries and the new keys
+        index     (T, S) long              entry of the distance i - j: ``bias[:, index]`` is B (H, T, S)
+    """
+
+    tgt_len: int
+    src_len: int
+    index: Tensor
+    bias: Optional[Tensor] = None
+    reweight: Optional[Tensor] = None
+    rotation: Optional[Tuple[Tensor, Tensor]] = None
+
+    def causal(self, table: Optional[Tensor]) -> Optional[Tensor]:
+        """``table`` at distances ``0 .. S - 1`` only, ``(H, S)``: what a causal kernel reads."""
+        return None if table is None else table[:, self.tgt_len - 1 :]
+
+
+def rotate(x: Tensor, rotation: Tuple[Tensor, Tensor]) -> Tensor:
+    """``x`` (..., T, d) with each pair ``(x_m, x_{m + d/2})`` turned by the angle whose ``(cos, sin)``
+    (T, d) ``rotation`` holds (both halves of the last dim carry the pair's angle):
+    ``x cos + rotate_half(x) sin`` with ``rotate_half(x) = (-x_{d/2..d-1}, x_{0..d/2-1})``."""
+    cos, sin = rotation
+    half = x.size(-1) // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+# Per thread: {id(PositionModules): {call key: tables}} of the forwards running inside ``one_forward``.
+# Module-level rather than an attribute, so PositionModules stays copyable and picklable.
+_FORWARDS = threading.local()
+
+
+def _forwards() -> Dict[int, Dict[tuple, PositionTables]]:
+    if not hasattr(_FORWARDS, "memos"):
+        _FORWARDS.memos = {}
+    return _FORWARDS.memos
+
+
+class PositionModules:
+    """The position modules of one attention, or of all the layers sharing them; each optional:
+
+        position_bias   ``by_distance``: b added to the scores (T5, ALiBi, log, per distance)
+        toeplitz        ``by_distance``: URPE's c multiplied onto the probabilities
+        rotary          ``rotation``: q and k rotated by position (RoPE)
+
+    Not an ``nn.Module``: it refers to the modules, whoever owns them registers them (an attention its
+    own, an encoder/decoder the ones all its layers share, outside the layers).
+
+    ``tables(T, S, device, dtype)`` evaluates them. Inside ``with modules.one_forward():`` (the decoder
+    opens it around its layers) the first call with given arguments computes the tables and later calls
+    with the same arguments, and the same grad mode, get the same tensors: once per forward, or per
+    decoding step. Outside, every call computes afresh: a layer used alone, or recomputed by activation
+    checkpointing during backward, gets correct tables and gradients either way.
+    """
+
+    SLOTS = ("position_bias", "toeplitz", "rotary")
+
+    def __init__(self, position_bias: Optional[nn.Module] = None, toeplitz: Optional[nn.Module] = None,
+                 rotary: Optional[nn.Module] = None):
+        self.position_bias, self.toeplitz, self.rotary = position_bias, toeplitz, rotary
+
+    def items(self) -> List[Tuple[str, nn.Module]]:
+        """``[(slot, module)]`` of the modules present."""
+        return [(slot, getattr(self, slot)) for slot in self.SLOTS if getattr(self, slot) is not None]
+
+    @contextmanager
+    def one_forward(self) -> Iterator[None]:
+        """Share the tables made inside the block among all calls that ask for the same ones."""
+        memos, key = _forwards(), id(self)
+        outer = memos.get(key)
+        memos[key] = {}
+        try:
+            yield
+        finally:
+            if outer is None:
+                del memos[key]
+            else:
+                memos[key] = outer
+
+    def tables(self, tgt_len: int, src_len: int, device: torch.device, dtype: torch.dtype) -> PositionTables:
+        """The tables for ``tgt_len`` queries at the last of ``src_len`` positions; ``dtype``: that of q
+        and k (the rotation's); ``b`` and ``c`` follow their parameters' (at least float32)."""
+        memo = _forwards().get(id(self))
+        key = (tgt_len, src_len, device, dtype, torch.is_grad_enabled())
+        if memo is not None and key in memo:
+            return memo[key]
+        tables = self._make(tgt_len, src_len, device, dtype)
+        if memo is not None:
+            memo[key] = tables
+        return tables
+
+    def _make(self, tgt_len: int, src_len: int, device: torch.device, dtype: torch.dtype) -> PositionTables:
+        positions = torch.arange(src_len, device=device)  # key positions 0 .. S-1
+        distances = torch.arange(1 - tgt_len, src_len, device=device)  # (T + S - 1,)
+        index = positions[src_len - tgt_len :, None] - positions[None, :] + (tgt_len - 1)  # (T, S)
+        return PositionTables(
+            tgt_len, src_len, index,
+            bias=self.position_bias.by_distance(distances) if self.position_bias is not None else None,
+            reweight=self.toeplitz.by_distance(distances) if self.toeplitz is not None else None,
+            rotation=self.rotary.rotation(positions[src_len - tgt_len :], dtype) if self.rotary is not None else None,
+        )
