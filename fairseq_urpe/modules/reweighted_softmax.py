@@ -49,7 +49,9 @@ class ExpandByDistance(torch.autograd.Function):
 
 def expand_by_distance(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """``(H, T, S)`` matrix ``M[h, i, j] = table[h, index[i, j]]``, differentiable w.r.t. ``table``."""
-    return ExpandByDistance.apply(table, index)
+    if torch.is_grad_enabled() and table.requires_grad:
+        return ExpandByDistance.apply(table, index)
+    return _expand(table, index)  # no backward to prepare: skip the autograd function's overhead (decoding)
 
 
 class SoftmaxReweightValues(torch.autograd.Function):

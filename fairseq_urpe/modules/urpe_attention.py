@@ -169,7 +169,8 @@ class RelativeMultiheadAttention(MultiheadAttention):
         if attn_mask is not None:
             mask = at_least_float32(attn_mask)  # (T, S)
             scores = scores.add_(mask) if in_place else scores + mask
-        if tables.reweight is not None and self.dot_product and not need_weights and not dropout_active:
+        if (tables.reweight is not None and self.dot_product and not need_weights and not dropout_active
+                and torch.is_grad_enabled()):
             # The same math, keeping only softmax(S) for backward (not also A ⊙ C, C): URPE's memory is RPE's.
             out = softmax_reweight_values(scores, tables.reweight, tables.index, v)  # (B, H, T, d)
         else:
