@@ -1,0 +1,80 @@
+"""Shared b and c: built once, owned by the decoder (outside the layers), evaluated once per forward,
+and stored in checkpoints under every layer as before."""
+
+import pytest
+import torch
+
+from tests.models.checks import randomise_positions
+
+
+def count_table_calls(monkeypatch, module):
+    calls = []
+    original = type(module).by_distance
+    monkeypatch.setattr(type(module), "by_distance", lambda self, d: calls.append(1) or original(self, d))
+    return calls
+
+
+def test_shared_modules_belong_to_the_decoder_not_to_the_layers(build_lm):
+    model, _ = build_lm("transformer_lm_urpe_tiny", "--decoder-layers", "3")
+    decoder = model.decoder
+    shared = {id(p) for p in decoder.position_bias.parameters()} | {id(p) for p in decoder.toeplitz.parameters()}
+    assert len(shared) == 2
+    for layer in decoder.layers:  # what --ddp-backend fully_sharded wraps, one unit per layer
+        assert not shared & {id(p) for p in layer.parameters()}
+        assert layer.self_attn.position_bias is decoder.position_bias
+    names = [n for n, p in model.named_parameters() if id(p) in shared]
+    assert names == ["decoder.position_bias.weight", "decoder.toeplitz.weight"]
+
+
+def test_checkpoint_lists_shared_modules_under_every_layer_and_loads_back(build_lm):
+    model, _ = build_lm("transformer_lm_urpe_tiny", "--decoder-layers", "3")
+    state = randomise_positions(model).state_dict()
+    for i in range(3):
+        assert torch.equal(state[f"decoder.layers.{i}.self_attn.position_bias.weight"], model.decoder.position_bias.weight)
+    assert not any(k.startswith(("decoder.position_bias", "decoder.toeplitz")) for k in state)
+    fresh, _ = build_lm("transformer_lm_urpe_tiny", "--decoder-layers", "3")
+    fresh.load_state_dict(state)
+    assert torch.equal(fresh.decoder.toeplitz.weight, model.decoder.toeplitz.weight)
+
+
+def test_a_per_layer_checkpoint_is_refused_by_a_shared_model_naming_the_option(build_lm):
+    per_layer, _ = build_lm("transformer_lm_urpe_tiny", "--rpe-per-layer")
+    shared, _ = build_lm("transformer_lm_urpe_tiny")
+    with pytest.raises(ValueError, match="different decoder.layers.<i>.self_attn.position_bias.weight .* --rpe-per-layer"):
+        shared.load_state_dict(randomise_positions(per_layer).state_dict())
+
+
+@pytest.mark.parametrize("flags,per_forward", [((), 1), (("--rpe-per-layer",), 3)])
+def test_tables_are_made_once_per_forward_and_per_decoding_step(build_lm, monkeypatch, flags, per_forward):
+    model, _ = build_lm("transformer_lm_rpe_tiny", "--decoder-layers", "3", *flags)
+    calls = count_table_calls(monkeypatch, model.decoder.layers[0].self_attn.position_bias)
+    tokens = torch.randint(4, 40, (2, 6))
+    model(tokens)
+    assert len(calls) == per_forward
+    calls.clear()
+    state = {}
+    with torch.no_grad():
+        for t in range(4):
+            model.decoder(tokens[:, : t + 1], incremental_state=state)
+    assert len(calls) == 4 * per_forward
+
+
+def test_activation_checkpointing_and_two_forwards_in_flight_give_the_plain_gradients(build_lm):
+    plain, _ = build_lm("transformer_lm_urpe_tiny", "--dropout", "0")
+    checkpointed, _ = build_lm("transformer_lm_urpe_tiny", "--dropout", "0", "--checkpoint-activations")
+    plain = randomise_positions(plain).double()
+    checkpointed = checkpointed.double()
+    checkpointed.load_state_dict(plain.state_dict())
+    batches = [torch.randint(4, 40, (2, 9)) for _ in range(2)]
+    for model in (plain, checkpointed):
+        losses = [model(tokens)[0].logsumexp(-1).sum() for tokens in batches]  # both forwards, then both backwards
+        for loss in losses:
+            loss.backward()
+    for (name, p), q in zip(plain.named_parameters(), checkpointed.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-10, atol=1e-12, msg=name)
+    one = [p.grad.clone() for p in plain.parameters()]
+    plain.zero_grad()
+    for tokens in batches:  # the same two batches one after the other
+        plain(tokens)[0].logsumexp(-1).sum().backward()
+    for (name, p), g in zip(plain.named_parameters(), one):
+        torch.testing.assert_close(p.grad, g, rtol=1e-10, atol=1e-12, msg=name)

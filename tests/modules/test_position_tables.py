@@ -1,0 +1,47 @@
+"""PositionTables: the modules evaluated once per distance, laid out as the attention reads them, and
+shared within one forward."""
+
+import threading
+
+import torch
+
+from fairseq_urpe.modules import LogBias, PositionModules, T5RelativeBias, ToeplitzReweighting
+
+
+def modules():
+    torch.manual_seed(0)
+    bias, c = T5RelativeBias(3, 8, 10), ToeplitzReweighting(3, "unique", max_distance=6)
+    torch.nn.init.normal_(bias.weight)
+    torch.nn.init.normal_(c.weight)
+    return PositionModules(bias, c)
+
+
+def test_tables_expand_to_the_modules_matrices_and_their_causal_part_is_the_first_key_column():
+    positions = modules()
+    for tgt_len, src_len in [(9, 9), (1, 13), (4, 11)]:
+        tables = positions.tables(tgt_len, src_len, torch.device("cpu"), torch.float32)
+        queries, keys = torch.arange(src_len - tgt_len, src_len), torch.arange(src_len)
+        for table, module in [(tables.bias, positions.position_bias), (tables.reweight, positions.toeplitz)]:
+            assert table.shape == (3, tgt_len + src_len - 1)
+            assert torch.equal(table[:, tables.index], module(queries, keys))  # (H, T, S)
+            assert torch.equal(tables.causal(table), module(keys, keys[:1])[:, :, 0])  # distances 0 .. S-1
+    tables = positions.tables(5, 5, torch.device("cpu"), torch.float32)
+    tables.causal(tables.bias).sum().backward()  # the kernel's view still reaches b's parameters
+    assert positions.position_bias.weight.grad.abs().sum() > 0
+
+
+def test_one_forward_shares_tables_per_call_shape_and_grad_mode_and_only_inside():
+    positions = PositionModules(LogBias(2))
+    make = lambda: positions.tables(3, 7, torch.device("cpu"), torch.float32)  # noqa: E731
+    assert make() is not make()  # outside: computed afresh
+    with positions.one_forward():
+        first = make()
+        assert make() is first and positions.tables(1, 7, torch.device("cpu"), torch.float32) is not first
+        with torch.no_grad():
+            assert make() is not first and not make().bias.requires_grad  # a no-grad call gets tables without graph
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(make()))
+        thread.start()
+        thread.join()
+        assert seen[0] is not first  # another thread is another forward
+    assert make() is not first
