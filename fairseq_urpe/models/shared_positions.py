@@ -8,6 +8,9 @@ own.
 
 Checkpoints list the shared modules under every layer's ``self_attn``, as tied weights (the layout of
 every checkpoint written so far), so old and new checkpoints load in either code.
+
+fairscale's FullyShardedDataParallel needs CUDA; on CPU, where fairseq would fail deep inside fairscale
+(for its own models too), building refuses ``--ddp-backend fully_sharded`` by name.
 """
 
 import re
@@ -81,6 +84,7 @@ class SharedPositionsMixin:
     shared_positions: Optional[PositionModules]
 
     def init_shared_positions(self, cfg, num_heads: int, embed_dim: int, bidirectional: bool) -> None:
+        refuse_fully_sharded_without_cuda()
         # A plain object, so it may be set before nn.Module.__init__.
         self.shared_positions = (
             None if cfg.rpe_per_layer else build_position_modules(cfg, num_heads, embed_dim, bidirectional)
@@ -98,6 +102,17 @@ class SharedPositionsMixin:
     def one_forward(self):
         """Context in which the layers' attentions share the tables of this forward."""
         return nullcontext() if self.shared_positions is None else self.shared_positions.one_forward()
+
+
+def refuse_fully_sharded_without_cuda() -> None:
+    """fairseq builds the model inside fairscale's wrapping context for ``--ddp-backend fully_sharded``."""
+    try:
+        from fairscale.nn.wrap.auto_wrap import ConfigAutoWrap
+    except ImportError:  # then fairseq itself refuses fully_sharded, asking for fairscale
+        return
+    if ConfigAutoWrap.in_autowrap_context and not torch.cuda.is_available():
+        raise RuntimeError("--ddp-backend fully_sharded needs CUDA: fairscale's FullyShardedDataParallel runs on GPUs "
+                           "only. On CPU use --ddp-backend c10d (the default) or legacy_ddp")
 
 
 def _layer_key(prefix: str, layer: int, slot: str, rest: str) -> str:
