@@ -11,8 +11,9 @@ from fairseq import checkpoint_utils
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
 from fairseq_urpe.models.architectures import ARCHITECTURES, variants
+from fairseq_urpe.models.position_kinds import POSITION_KINDS, SCORES
 from fairseq_urpe.models.transformer_lm_urpe import RelativeTransformerLanguageModel
-from fairseq_urpe.modules import ALiBiBias, LearnedDistanceBias, LogBias, T5RelativeBias, ToeplitzReweighting
+from fairseq_urpe.modules import LogBias, T5RelativeBias, ToeplitzReweighting
 from tests.models.checks import (
     assert_finite_normalised_distributions,
     assert_incremental_decoding_equals_full_forward,
@@ -20,7 +21,9 @@ from tests.models.checks import (
 )
 
 LEGACY = Path(__file__).parent / "legacy"
-BIAS_CLASS = {"t5": T5RelativeBias, "alibi": ALiBiBias, "log": LogBias, "learned": LearnedDistanceBias, "none": type(None)}
+# What each kind puts in the attention's bias slot and in its rotation slot (the registry's classes).
+BIAS_CLASS = {name: kind.module if kind.acts_on == SCORES and kind.module else type(None) for name, kind in POSITION_KINDS.items()}
+ROTARY_CLASS = {name: kind.module if kind.acts_on != SCORES else type(None) for name, kind in POSITION_KINDS.items()}
 VARIANTS = sorted(variants())
 
 
@@ -65,6 +68,7 @@ def test_each_variant_builds_its_modules(build_lm, variant):
     options = variants()[variant]
     attn = model.decoder.layers[1].self_attn
     assert isinstance(attn.position_bias, BIAS_CLASS[options["rpe_kind"]])
+    assert isinstance(attn.rotary, ROTARY_CLASS[options["rpe_kind"]])
     assert isinstance(attn.toeplitz, ToeplitzReweighting) == (options["urpe_toeplitz"] == "bucketed")
     assert attn.dot_product == (not options.get("dot_product_free", False))
     assert (model.decoder.embed_positions is not None) == options.get("absolute_positions", False)

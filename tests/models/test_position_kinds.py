@@ -1,0 +1,55 @@
+"""The registry of position kinds feeds the options, the archs, the builders, the README and the tests."""
+
+import re
+from pathlib import Path
+
+import pytest
+from fairseq import options
+
+from fairseq_urpe.models.architectures import variants
+from fairseq_urpe.models.position_kinds import POSITION_KINDS, SCORES, kinds_with_slopes
+from tests.modules.test_attention_family import BIASES
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_the_option_offers_exactly_the_registered_kinds(capsys):
+    parser = options.get_training_parser()
+    with pytest.raises(SystemExit):
+        options.parse_args_and_arch(parser, ["--arch", "transformer_lm_rpe_tiny", "--user-dir", "fairseq_urpe",
+                                             "--task", "language_modeling", "--rpe-kind", "?"])
+    choices = re.search(r"--rpe-kind: invalid choice: '\?' \(choose from (.*)\)", capsys.readouterr().err).group(1)
+    assert re.findall(r"'?(\w+)'?", choices) == list(POSITION_KINDS)
+
+
+def test_every_kind_has_rpe_and_urpe_archs_and_dot_product_free_ones_where_it_can():
+    table = variants()
+    for name, kind in POSITION_KINDS.items():
+        for part in kind.arch_parts(name):
+            urpe = "urpe" if part == "rpe" else f"urpe_{part}"
+            for variant in (part, urpe):
+                assert table[variant]["rpe_kind"] == name
+                assert (f"{variant}_dpf" in table) == kind.dot_product_free
+
+
+def test_every_kind_is_checked_against_an_independent_reference():
+    """A new kind needs its reference test: scores kinds in test_attention_family.BIASES, rotations here."""
+    rotations_with_reference = set()
+    for name, kind in POSITION_KINDS.items():
+        assert name in BIASES if kind.acts_on == SCORES else kind.module in rotations_with_reference, name
+
+
+def test_slopes_message_lists_the_kinds_with_slopes(build_lm):
+    assert kinds_with_slopes() == ("alibi", "log")
+    with pytest.raises(ValueError, match="--rpe-slopes applies to --rpe-kind alibi or log; --rpe-kind learned has no slopes"):
+        build_lm("transformer_lm_learned_tiny", "--rpe-slopes", "fixed")
+
+
+def test_readme_family_table_lists_exactly_the_registered_kinds_and_their_archs():
+    text = README.read_text()
+    section = text[text.index("### The relative-position family"):text.index("### Inspecting a trained model")]
+    kinds = {re.match(r"\| `(\w+)`", line).group(1) for line in section.splitlines() if re.match(r"\| `\w+`", line)}
+    assert kinds == set(POSITION_KINDS)
+    for variant in variants():
+        if not variant.endswith("_dpf"):
+            assert f"`transformer_lm_{variant}`" in section, variant
