@@ -60,13 +60,24 @@ def index_matrix(tgt_len: int, src_len: int, index_of) -> torch.Tensor:
     return torch.tensor([[index_of(first + i - j) for j in range(src_len)] for i in range(tgt_len)])
 
 
+def rope_complex(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """RoPE written as complex multiplication: row ``p`` of ``x`` (T, d), read as ``d/2`` complex numbers
+    ``x_m + i x_{m + d/2}``, times ``e^{i p base^(-2m/d)}``; float64."""
+    length, d = x.shape
+    z = torch.complex(x[:, : d // 2].double(), x[:, d // 2 :].double())
+    angles = torch.outer(torch.arange(length, dtype=torch.float64), base ** (-torch.arange(d // 2, dtype=torch.float64) * 2 / d))
+    z = z * torch.polar(torch.ones_like(angles), angles)
+    return torch.cat([z.real, z.imag], dim=-1).to(x.dtype)
+
+
 def dense_attention(x, attn, bias_index=None, toeplitz_index=None, key_padding_mask=None, causal=True,
-                    bias=None, toeplitz=None, dot_product=True):
+                    bias=None, toeplitz=None, dot_product=True, rope_base=None):
     """Reference RPE/URPE self-attention with ``attn``'s parameters; ``x`` is ``(T, B, E)``.
 
     ``out_b = concat_h((softmax(Q_h K_h^T / sqrt(d) + B_h + M) ⊙ C_h) V_h) W_o^T + b_o`` where
     ``B_h[i, j] = b[h, bias_index[i, j]]`` (or ``bias[h]``, an ``(H, T, T)`` tensor) and
-    ``C_h[i, j] = c[h, toeplitz_index[i, j]]`` (or ``toeplitz[h]``); ``dot_product=False`` drops ``Q K^T``.
+    ``C_h[i, j] = c[h, toeplitz_index[i, j]]`` (or ``toeplitz[h]``); ``dot_product=False`` drops ``Q K^T``;
+    ``rope_base``: ``Q_h``, ``K_h`` rotated by :func:`rope_complex` first.
     """
     tgt_len, bsz, embed_dim = x.shape
     heads = attn.num_heads
@@ -81,6 +92,8 @@ def dense_attention(x, attn, bias_index=None, toeplitz_index=None, key_padding_m
             if dot_product:
                 q = x[:, b] @ attn.q_proj.weight[rows].T + attn.q_proj.bias[rows]
                 k = x[:, b] @ attn.k_proj.weight[rows].T + attn.k_proj.bias[rows]
+                if rope_base is not None:
+                    q, k = rope_complex(q, rope_base), rope_complex(k, rope_base)
                 scores = q @ k.T / math.sqrt(d)
             if bias_index is not None:
                 scores = scores + attn.position_bias.weight[h][bias_index]

@@ -14,6 +14,7 @@ from torch import nn
 from ..modules.alibi_bias import ALiBiBias
 from ..modules.learned_distance_bias import LearnedDistanceBias
 from ..modules.log_bias import LogBias
+from ..modules.rotary_embedding import RotaryEmbedding
 from ..modules.t5_relative_bias import T5RelativeBias
 
 SCORES, QUERIES_KEYS = "scores", "queries_keys"
@@ -70,6 +71,8 @@ POSITION_KINDS: Dict[str, PositionKind] = {
                         "-m log(1+|k|), Wang & E's log-RPE", slopes="learned"),
     "learned": PositionKind(LearnedDistanceBias, lambda o: (o.num_heads, o.max_distance, o.bidirectional),
                             "learned scalar per head and distance up to --rpe-max-distance (Shaw et al.)"),
+    "rope": PositionKind(RotaryEmbedding, lambda o: (o.head_dim,), "q and k rotated by their positions (RoPE, Su et al.)",
+                         acts_on=QUERIES_KEYS, dot_product_free=False),
     "none": PositionKind(None, lambda o: (), "no position term (NoPE; the 'ape' archs keep fairseq's absolute embeddings)",
                          arch="nope", more_archs={"ape": {"absolute_positions": True}}),
 }

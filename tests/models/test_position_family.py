@@ -30,7 +30,7 @@ VARIANTS = sorted(variants())
 def test_naming_scheme_covers_every_kind_with_and_without_urpe_and_dot_product():
     expected = {"rpe", "urpe", "alibi", "urpe_alibi", "log", "urpe_log", "learned", "urpe_learned", "nope", "urpe_nope",
                 "ape", "urpe_ape"}
-    expected |= {f"{v}_dpf" for v in expected}
+    expected |= {f"{v}_dpf" for v in expected} | {"rope", "urpe_rope"}  # RoPE acts on q, k: no _dpf
     assert set(VARIANTS) == expected
     for variant in VARIANTS:
         for size in ("", "_tiny", "_wiki103", "_gpt2_small"):
@@ -104,7 +104,7 @@ def test_bad_flag_combinations_are_refused_naming_the_option(build_lm, arch, fla
         build_lm(arch, *flags)
 
 
-@pytest.mark.parametrize("flags,message", [(["--rpe-kind", "rope"], "argument --rpe-kind: invalid choice: 'rope'"),
+@pytest.mark.parametrize("flags,message", [(["--rpe-kind", "xpos"], "argument --rpe-kind: invalid choice: 'xpos'"),
                                            (["--rpe-slopes", "random"], "argument --rpe-slopes: invalid choice: 'random'")])
 def test_unknown_kinds_are_refused_by_the_parser(build_lm, capsys, flags, message):
     with pytest.raises(SystemExit):

@@ -1,13 +1,16 @@
 """The registry of position kinds feeds the options, the archs, the builders, the README and the tests."""
 
+import argparse
 import re
 from pathlib import Path
 
 import pytest
 from fairseq import options
+from fairseq.models import ARCH_CONFIG_REGISTRY
 
 from fairseq_urpe.models.architectures import variants
 from fairseq_urpe.models.position_kinds import POSITION_KINDS, SCORES, kinds_with_slopes
+from fairseq_urpe.modules.rotary_embedding import RotaryEmbedding
 from tests.modules.test_attention_family import BIASES
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -34,9 +37,28 @@ def test_every_kind_has_rpe_and_urpe_archs_and_dot_product_free_ones_where_it_ca
 
 def test_every_kind_is_checked_against_an_independent_reference():
     """A new kind needs its reference test: scores kinds in test_attention_family.BIASES, rotations here."""
-    rotations_with_reference = set()
+    rotations_with_reference = {RotaryEmbedding}  # tests/modules/test_rotary_embedding.py
     for name, kind in POSITION_KINDS.items():
         assert name in BIASES if kind.acts_on == SCORES else kind.module in rotations_with_reference, name
+
+
+def test_rope_archs_preset_the_kind_and_refuse_dot_product_free(build_lm, capsys):
+    args = argparse.Namespace()
+    ARCH_CONFIG_REGISTRY["transformer_lm_urpe_rope_wiki103"](args)
+    assert (args.rpe_kind, args.urpe_toeplitz, args.decoder_layers) == ("rope", "bucketed", 16)
+    with pytest.raises(ValueError, match="--rpe-kind rope acts on q and k, which --dot-product-free removes"):
+        build_lm("transformer_lm_rope_tiny", "--dot-product-free")
+    with pytest.raises(SystemExit):
+        build_lm("transformer_lm_rope_dpf_tiny")
+    assert "invalid choice: 'transformer_lm_rope_dpf_tiny'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arch,position_parameters", [("transformer_lm_rope_tiny", 0),
+                                                      ("transformer_lm_urpe_rope_tiny", 4 * 32)])
+def test_rope_has_no_parameters_and_urpe_adds_c(build_lm, arch, position_parameters):
+    model, _ = build_lm(arch)
+    assert isinstance(model.decoder.rotary, RotaryEmbedding) and model.decoder.layers[1].self_attn.rotary is model.decoder.rotary
+    assert sum(p.numel() for n, p in model.named_parameters() if "toeplitz" in n or "rotary" in n) == position_parameters
 
 
 def test_slopes_message_lists_the_kinds_with_slopes(build_lm):
@@ -53,3 +75,11 @@ def test_readme_family_table_lists_exactly_the_registered_kinds_and_their_archs(
     for variant in variants():
         if not variant.endswith("_dpf"):
             assert f"`transformer_lm_{variant}`" in section, variant
+
+
+def test_the_encoder_builds_every_kind_from_the_registry_too():
+    from tests.models.test_relative_encoder import build, tokens
+
+    model, task = build("relative_encoder_rpe_tiny", "--rpe-kind", "rope")
+    assert isinstance(model.encoder.rotary, RotaryEmbedding) and model.encoder.layers[0].self_attn.position_bias is None
+    assert model(**tokens(task)["net_input"])[0].isfinite().all()

@@ -1,0 +1,96 @@
+"""RoPE against a complex-number reference in float64: the rotation, the attention with and without
+URPE's C, incremental decoding, and the property that makes it relative."""
+
+import os
+
+import pytest
+import torch
+
+from fairseq_urpe.modules import RelativeMultiheadAttention, ToeplitzReweighting
+from fairseq_urpe.modules.position_tables import rotate
+from fairseq_urpe.modules.rotary_embedding import RotaryEmbedding
+from tests.reference import causal_mask, dense_attention, position_matrix, rope_complex, unique_index
+
+EMBED, HEADS = 12, 2  # head dim 6: three rotating pairs
+
+
+def make_attention(urpe, seed=0, base=10000.0):
+    torch.manual_seed(seed)
+    toeplitz = ToeplitzReweighting(HEADS, "unique", max_distance=5) if urpe else None
+    attn = RelativeMultiheadAttention(EMBED, HEADS, toeplitz=toeplitz, rotary=RotaryEmbedding(EMBED // HEADS, base)).double()
+    for name, p in attn.named_parameters():
+        torch.nn.init.uniform_(p, -1.5, 2.5) if name.startswith("toeplitz") else torch.nn.init.normal_(p)
+    return attn
+
+
+@pytest.mark.parametrize("base", [10000.0, 7.0])
+def test_rotation_equals_complex_multiplication_up_to_long_positions(base):
+    x = torch.randn(3000, 8, dtype=torch.float64)
+    got = rotate(x, RotaryEmbedding(8, base).rotation(torch.arange(3000), torch.float64))
+    torch.testing.assert_close(got, rope_complex(x, base), rtol=1e-12, atol=1e-10)
+
+
+def test_rotated_dot_products_depend_on_the_distance_only():
+    rope = RotaryEmbedding(8, base=100.0)
+    q, k = torch.randn(1, 8, dtype=torch.float64), torch.randn(1, 8, dtype=torch.float64)
+    rotation = lambda p: rope.rotation(torch.tensor([p]), torch.float64)  # noqa: E731
+    score = lambda i, j: (rotate(q, rotation(i)) * rotate(k, rotation(j))).sum()  # noqa: E731
+    torch.testing.assert_close(score(7, 3), score(1007, 1003), rtol=1e-9, atol=1e-12)
+    assert not torch.allclose(score(7, 3), score(7, 4))
+
+
+@pytest.mark.parametrize("urpe", [False, True], ids=["rope", "urpe_rope"])
+def test_matches_the_complex_reference_forward_and_backward(urpe):
+    length, batch = 11, 2
+    attn = make_attention(urpe, seed=3, base=50.0)  # a small base: angles up to ~10 rad within 11 positions
+    x = torch.randn(length, batch, EMBED, dtype=torch.float64, requires_grad=True)
+    padding = torch.zeros(batch, length, dtype=torch.bool)
+    padding[0, -3:] = True
+    out, _ = attn(x, x, x, key_padding_mask=padding, attn_mask=causal_mask(length), need_weights=False)
+    c = position_matrix(length, length, HEADS, lambda h, d: attn.toeplitz.weight[h, unique_index(d, 5)]) if urpe else None
+    want = dense_attention(x, attn, key_padding_mask=padding, toeplitz=c, rope_base=50.0)
+    torch.testing.assert_close(out, want, rtol=1e-10, atol=1e-10)
+    params, upstream = [x] + list(attn.parameters()), torch.randn_like(out)
+    for g, e in zip(torch.autograd.grad(out, params, upstream), torch.autograd.grad(want, params, upstream)):
+        torch.testing.assert_close(g, e, rtol=1e-9, atol=1e-10)
+
+
+def test_incremental_decoding_keeps_keys_rotated_at_their_own_positions():
+    attn = make_attention(urpe=True, seed=5).eval()
+    x = torch.randn(9, 2, EMBED, dtype=torch.float64)
+    full, _ = attn(x, x, x, attn_mask=causal_mask(9))
+    state = {}
+    steps = [attn(x[t : t + 1], None, None, incremental_state=state)[0] for t in range(9)]
+    torch.testing.assert_close(torch.cat(steps), full, rtol=1e-12, atol=1e-12)
+    cached = next(iter(state.values()))["prev_key"]  # (B, H, S, d): each key rotated once, at its position
+    k = attn.k_proj(x).view(9, 2, HEADS, EMBED // HEADS).permute(1, 2, 0, 3)
+    torch.testing.assert_close(cached, rotate(k, attn.rotary.rotation(torch.arange(9), torch.float64)), rtol=1e-12, atol=1e-12)
+
+
+def test_odd_head_dims_and_dot_product_free_attention_are_refused():
+    with pytest.raises(ValueError, match="head dim .* must be even, got 3"):
+        RotaryEmbedding(3)
+    with pytest.raises(ValueError, match="needs the dot product"):
+        RelativeMultiheadAttention(EMBED, HEADS, rotary=RotaryEmbedding(6), dot_product=False)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the fused kernel runs on CPU under Triton's "
+                    "interpreter, which tests/kernels/conftest.py turns on for the whole suite")
+def test_fused_kernel_takes_the_rotated_queries_and_keys(monkeypatch):
+    pytest.importorskip("triton")
+    from fairseq_urpe.kernels import dispatch
+
+    calls = []
+    monkeypatch.setattr("fairseq_urpe.modules.urpe_attention.fused_relative_attention",
+                        lambda *args: calls.append(1) or dispatch.fused_relative_attention(*args))
+    fused, dense = make_attention(urpe=True, seed=9), make_attention(urpe=True, seed=9)
+    fused.attention_impl, dense.attention_impl = "fused", "dense"
+    x = torch.randn(13, 2, EMBED, dtype=torch.float64, requires_grad=True)
+    results = []
+    for attn in (fused, dense):
+        out = attn(x, x, x, attn_mask=causal_mask(13), need_weights=False)[0]
+        results.append((out, torch.autograd.grad(out.sum(), [x] + list(attn.parameters()))))
+    assert len(calls) == 1
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-10, atol=1e-10)
+    for got, want in zip(results[0][1], results[1][1]):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
