@@ -19,8 +19,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import (  # noqa: E402
-    SMOKE_SIZES, STOCK_ARCH, apply_threads, base_size_archs, build, command_line, common_arguments, machine,
-    median_ratio, peak_memory_bytes, print_machine, timed, write_json,
+    SMOKE_SIZES, STOCK_ARCH, build, common_arguments, median_ratio, peak_memory_bytes, save_results, start, timed,
 )
 
 
@@ -58,12 +57,9 @@ def attention_paths(archs, max_length, smoke, dtype, device):
 
 def main(argv=None):
     args = parse_args(argv)
-    apply_threads(args.threads)
-    info = machine()
-    print_machine(info)
+    info, archs = start(args)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = getattr(torch, args.dtype)
-    archs = args.archs or base_size_archs()
     paths = attention_paths(archs, max(args.lengths), args.smoke, dtype, device)
     names = sorted(paths, key=lambda n: (n != "stock", n))
     embed = paths[names[0]].embed_dim
@@ -123,12 +119,7 @@ def main(argv=None):
                   f"{res['forward_backward_ms_vs_stock']:.2f} | {med['forward_backward_cpu_ms']:.1f} | "
                   f"{res['forward_backward_cpu_ms_vs_stock']:.2f} | {res['peak_memory_bytes'] / 2**20:.0f} | "
                   f"{res['memory_vs_stock']:.2f} |")
-    write_json(args.json, {
-        "benchmark": "attention_micro", "command": command_line(__file__, argv), "machine": info,
-        "machine_after": machine()["load_average_1_5_15"],
-        "settings": {k: v for k, v in vars(args).items() if k != "json"},
-        "results": {str(n): results[n] for n in args.lengths},
-    })
+    save_results(args, __file__, argv, info, results={str(n): results[n] for n in args.lengths})
     return results
 
 

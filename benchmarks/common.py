@@ -158,16 +158,18 @@ def clock():
     return time.perf_counter(), time.process_time()
 
 
+def stopwatch(fn):
+    """``(fn(), wall seconds, CPU seconds)`` of one call (see :func:`clock`)."""
+    wall, cpu = clock()
+    result = fn()
+    wall_end, cpu_end = clock()
+    return result, wall_end - wall, cpu_end - cpu
+
+
 def timed(fn, repeats: int):
     """Median ``(wall seconds, CPU seconds)`` of ``fn()`` over ``repeats`` runs."""
-    walls, cpus = [], []
-    for _ in range(repeats):
-        wall, cpu = clock()
-        fn()
-        wall_end, cpu_end = clock()
-        walls.append(wall_end - wall)
-        cpus.append(cpu_end - cpu)
-    return statistics.median(walls), statistics.median(cpus)
+    runs = [stopwatch(fn)[1:] for _ in range(repeats)]
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
 
 
 def median_ratio(numerators: List[float], denominators: List[float]) -> float:
@@ -219,6 +221,23 @@ def apply_threads(threads) -> None:
     if threads:
         torch.set_num_threads(threads)
 
+
+def start(args):
+    """What every benchmark does first: ``--threads``, the machine record (printed), and the archs
+    (``--archs``, else transformer_lm and every base-size plugin arch). Returns ``(machine, archs)``."""
+    apply_threads(args.threads)
+    info = machine()
+    print_machine(info)
+    return info, (args.archs or base_size_archs())
+
+
+def save_results(args, script: str, argv, info: Dict[str, object], **fields) -> None:
+    """Write ``args.json``: the benchmark's name, command, machine (before and after), settings, then ``fields``."""
+    write_json(args.json, {
+        "benchmark": os.path.splitext(os.path.basename(script))[0], "command": command_line(script, argv),
+        "machine": info, "machine_after": machine()["load_average_1_5_15"],
+        "settings": {k: v for k, v in vars(args).items() if k != "json"}, **fields,
+    })
 
 def command_line(script: str, argv=None) -> str:
     """How the benchmark was invoked: ``python benchmarks/<script>.py <arguments>``."""

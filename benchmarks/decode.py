@@ -21,8 +21,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import (  # noqa: E402
-    SMOKE_SIZES, STOCK_ARCH, apply_threads, base_size_archs, build, command_line, common_arguments, machine,
-    clock, median_ratio, print_machine, write_json,
+    SMOKE_SIZES, STOCK_ARCH, build, common_arguments, median_ratio, save_results, start, stopwatch,
 )
 
 
@@ -49,12 +48,13 @@ def decode(model, prompt: torch.Tensor, generate: int):
     """Per-step wall and CPU seconds of feeding ``prompt`` (B, P) token by token, then ``generate`` greedy tokens."""
     state, tokens, walls, cpus = {}, prompt[:, :1], [], []
     for step in range(prompt.size(1) + generate - 1):
-        wall, cpu = clock()
-        logits = model.decoder(tokens, incremental_state=state)[0][:, -1]  # (B, V)
-        nxt = prompt[:, step + 1 : step + 2] if step + 1 < prompt.size(1) else logits.argmax(-1, keepdim=True)
-        wall_end, cpu_end = clock()
-        walls.append(wall_end - wall)
-        cpus.append(cpu_end - cpu)
+        def one_step():
+            logits = model.decoder(tokens, incremental_state=state)[0][:, -1]  # (B, V)
+            return prompt[:, step + 1 : step + 2] if step + 1 < prompt.size(1) else logits.argmax(-1, keepdim=True)
+
+        nxt, wall, cpu = stopwatch(one_step)
+        walls.append(wall)
+        cpus.append(cpu)
         tokens = torch.cat([tokens, nxt], dim=1)
     return walls, cpus  # entry t: the step whose query sits at position t (a prefix of t + 1 tokens)
 
@@ -70,10 +70,7 @@ def linear_fit(xs, ys):
 
 def main(argv=None):
     args = parse_args(argv)
-    apply_threads(args.threads)
-    info = machine()
-    print_machine(info)
-    archs = args.archs or base_size_archs()
+    info, archs = start(args)
     total = args.prompt + args.generate
     print(f"archs: {' '.join(archs)}; prompt {args.prompt}, generate {args.generate}, batch {args.batch}, "
           f"{args.rounds} rounds", flush=True)
@@ -128,11 +125,7 @@ def main(argv=None):
                   f"{'' if ratio is None else f'{ratio:.3f}'} | {statistics.median(res['prompt_tokens_per_s']):.1f} | "
                   f"{cells} | {fit['intercept']:.2f} + {fit['per_prefix_token'] * 1000:.2f}e-3 x | "
                   f"{res['fit_error_at_longest']:+.1%} |")
-    write_json(args.json, {
-        "benchmark": "decode", "command": command_line(__file__, argv), "machine": info,
-        "machine_after": machine()["load_average_1_5_15"],
-        "settings": {k: v for k, v in vars(args).items() if k != "json"}, "results": results,
-    })
+    save_results(args, __file__, argv, info, results=results)
     return results
 
 

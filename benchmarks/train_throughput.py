@@ -25,8 +25,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import (  # noqa: E402
-    SMOKE_SIZES, STOCK_ARCH, apply_threads, base_size_archs, build, command_line, common_arguments, machine,
-    clock, make_sample, median_ratio, peak_memory_bytes, print_machine, write_json,
+    SMOKE_SIZES, STOCK_ARCH, build, common_arguments, make_sample, median_ratio, peak_memory_bytes, save_results,
+    start, stopwatch,
 )
 
 
@@ -59,10 +59,7 @@ def live_bytes(model, optimizer) -> int:
 
 def main(argv=None):
     args = parse_args(argv)
-    apply_threads(args.threads)
-    info = machine()
-    print_machine(info)
-    archs = args.archs or base_size_archs()
+    info, archs = start(args)
     print(f"archs: {' '.join(archs)}; lengths {args.lengths}; {args.tokens} tokens per batch; "
           f"{args.rounds} rounds x {args.steps} steps; vocab {args.vocab}; extra {args.extra}", flush=True)
 
@@ -96,12 +93,9 @@ def main(argv=None):
                 if arch in skipped.get(n, {}):
                     continue
                 tokens = samples[n]["ntokens"] * args.steps
-                wall, cpu = clock()
-                for _ in range(args.steps):
-                    step(arch, n)
-                wall_end, cpu_end = clock()
-                results[n][arch]["tokens_per_s"].append(tokens / (wall_end - wall))
-                results[n][arch]["tokens_per_cpu_s"].append(tokens / (cpu_end - cpu))
+                _, wall, cpu = stopwatch(lambda: [step(arch, n) for _ in range(args.steps)])
+                results[n][arch]["tokens_per_s"].append(tokens / wall)
+                results[n][arch]["tokens_per_cpu_s"].append(tokens / cpu)
             line = " ".join(f"{a}={results[n][a]['tokens_per_s'][-1]:.0f}/{results[n][a]['tokens_per_cpu_s'][-1]:.0f}"
                             for a in archs if results[n][a]["tokens_per_s"])
             print(f"round {r + 1} length {n}: tokens per wall/CPU second {line}", flush=True)
@@ -147,13 +141,9 @@ def main(argv=None):
         for arch, why in failures.items():
             print(f"skipped {arch} at length {n}: {why}")
 
-    write_json(args.json, {
-        "benchmark": "train_throughput", "command": command_line(__file__, argv), "machine": info,
-        "machine_after": machine()["load_average_1_5_15"],
-        "settings": {k: v for k, v in vars(args).items() if k != "json"},
-        "params": {arch: sum(p.numel() for p in built[arch][0].parameters()) for arch in archs},
-        "results": {str(n): results[n] for n in args.lengths}, "skipped": {str(n): s for n, s in skipped.items()},
-    })
+    save_results(args, __file__, argv, info,
+                 params={arch: sum(p.numel() for p in built[arch][0].parameters()) for arch in archs},
+                 results={str(n): results[n] for n in args.lengths}, skipped={str(n): s for n, s in skipped.items()})
     return results
 
 
