@@ -75,10 +75,18 @@ class PositionModules:
     own, an encoder/decoder the ones all its layers share, outside the layers).
 
     ``tables(T, S, device, dtype)`` evaluates them. Inside ``with modules.one_forward():`` (the decoder
-    opens it around its layers) the first call with given arguments computes the tables and later calls
-    with the same arguments, and the same grad mode, get the same tensors: once per forward, or per
-    decoding step. Outside, every call computes afresh: a layer used alone, or recomputed by activation
-    checkpointing during backward, gets correct tables and gradients either way.
+    opens it around fairseq's own layer loop, so no fairseq code is copied) the first call with given
+    arguments makes the tables and later calls with the same arguments, in the same thread and grad
+    mode, get the same tensors: once per forward, or per decoding step. Outside, every call makes them
+    afresh. So:
+
+    - incremental decoding and beam reordering: each step is a forward of its own, ``S`` read from the
+      attention's cache; the tables hold no per-sentence state, so reordering the cache is all it takes;
+    - several forwards in flight (forward, forward, backward, backward): each forward's layers hold its
+      own tables in their autograd graphs; the scope only decides who computes them;
+    - activation checkpointing: fairseq's checkpoint runs a layer's forward under ``no_grad`` (it gets
+      no-grad tables, keyed apart from grad ones) and recomputes it during backward, outside the scope,
+      where it makes its own tables with their graph: the gradients of ``b`` and ``c`` are exact.
     """
 
     SLOTS = ("position_bias", "toeplitz", "rotary")

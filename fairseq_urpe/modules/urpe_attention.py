@@ -122,7 +122,9 @@ class RelativeMultiheadAttention(MultiheadAttention):
             k = split_heads(self.k_proj(query))
         saved = self._get_input_buffer(incremental_state) if incremental_state is not None else None
         src_len = tgt_len + (saved["prev_value"].size(2) if saved and "prev_value" in saved else 0)
-        tables = position_tables if position_tables is not None else self.positions.tables(tgt_len, src_len, query.device, v.dtype)
+        tables = position_tables
+        if tables is None:  # the tables of this forward, made by the first layer that asks (PositionModules)
+            tables = self.positions.tables(tgt_len, src_len, query.device, v.dtype)
         if (tables.tgt_len, tables.src_len) != (tgt_len, src_len):
             raise ValueError(f"position tables for {tables.tgt_len} of {tables.src_len} positions, "
                              f"but this call has {tgt_len} queries of {src_len}")
