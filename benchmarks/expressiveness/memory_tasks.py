@@ -39,9 +39,11 @@ from pathlib import Path
 EXPERIMENTS = ("rate", "heavy", "dpf", "depth")
 SIZES = {
     # steps, batch, heads grid, rate lags, heavy lengths, dpf lag scale, depth layers
-    "full": dict(steps=600, batch=512, heads=[1, 2, 4, 8, 16], rate_lags=[4, 8, 16, 32], heavy_lengths=[8, 32, 128],
+    "full": dict(steps=600, batch=512, heads=[1, 2, 4, 8, 16], rate_lags=[4, 8, 16, 32], fit_lags=[4, 8, 16, 32, 64, 128],
+                 fit_restarts=12, heavy_lengths=[8, 32, 128],
                  dpf_lag=16, dpf_heads=[1, 2, 4, 8], layers=[1, 2, 3], depth_heads=[1, 2, 4, 8], seeds=[0, 1, 2]),
-    "smoke": dict(steps=3, batch=16, heads=[1, 2], rate_lags=[2, 4], heavy_lengths=[8, 16], dpf_lag=4,
+    "smoke": dict(steps=3, batch=16, heads=[1, 2], rate_lags=[2, 4], fit_lags=[2, 4], fit_restarts=1,
+                  heavy_lengths=[8, 16], dpf_lag=4,
                   dpf_heads=[1, 2], layers=[1, 2], depth_heads=[1, 2], seeds=[0, 1]),
 }
 EVAL_BATCH, LR, POSITION_LR = 256, 3e-3, 3e-2
@@ -116,6 +118,26 @@ def train_eval(config, seed, steps, batch):
     return float(error), time.time() - start_time
 
 
+def add_best_fits(results, a, thresholds):
+    """Rows "<kind>-RPE, best fit" in the rate results: the smallest error of a direct fit of the kernel family
+    (``kernel_fit.py``), a bound on what training can reach, also at lags too long to train here."""
+    import torch
+
+    from benchmarks.expressiveness.kernel_fit import best_fit
+
+    torch.set_num_threads(1)
+    for kind in ("lin", "log"):
+        cells_ = {str(lag): {str(h): {"mean": best_fit(kind, h, lag, a.fit_restarts), "std": 0.0, "seeds": []}
+                             for h in a.heads} for lag in a.fit_lags}
+        for c in cells_.values():
+            for v in c.values():
+                v["seeds"] = [v["mean"]]
+        needed = {g: heads_needed([int(x) for x in c], [v["mean"] for v in c.values()], thresholds["rate"])
+                  for g, c in cells_.items()}
+        results["rate"][f"{kind}-RPE, best fit"] = {
+            "cells": cells_, "needed": needed, "slope": fit_slope([int(g) for g in needed], list(needed.values()))}
+
+
 def key_of(experiment, row, group, x, seed):
     return f"{experiment}|{row}|{group}|{x}|{seed}"
 
@@ -176,14 +198,15 @@ def markdown(results, thresholds, header):
     for experiment, rows in results.items():
         group_name = "T" if experiment != "depth" else ""
         xs = sorted({int(x) for r in rows.values() for c in r["cells"].values() for x in c})
-        lines += ["", f"**{experiment}**: {TITLES[experiment]}. Relative error, mean ± std over seeds; "
-                  f"H* = heads to reach {thresholds[experiment]}", "",
+        lines += ["", f"**{experiment}**: {TITLES[experiment]}. Relative error, mean ± std over seeds (a best "
+                  f"fit is one number); H* = heads to reach {thresholds[experiment]}", "",
                   "| row | " + (f"{group_name} | " if group_name else "") + " | ".join(f"H={x}" for x in xs)
                   + " | H* |", "|---|" + ("---|" if group_name else "") + "---:|" * (len(xs) + 1)]
         for row, entry in rows.items():
             for group, c in entry["cells"].items():
                 needed = entry["needed"][group]
-                cells_text = [f"{c[str(x)]['mean']:.3f} ± {c[str(x)]['std']:.3f}" if str(x) in c else "" for x in xs]
+                cells_text = ["" if str(x) not in c else f"{c[str(x)]['mean']:.3g}" if len(c[str(x)]["seeds"]) == 1
+                              else f"{c[str(x)]['mean']:.3g} ± {c[str(x)]['std']:.1g}" for x in xs]
                 lines.append(f"| {row} | " + (f"{group} | " if group_name else "") + " | ".join(cells_text)
                              + f" | {'> ' + str(max(xs)) if needed is None else f'{needed:.1f}'} |")
         slopes = {row: e["slope"] for row, e in rows.items() if experiment in ("rate", "heavy")}
@@ -211,8 +234,10 @@ def plot(results, thresholds, out):
             for j, (group, c) in enumerate(entry["cells"].items()):
                 xs = sorted(int(x) for x in c)
                 label = row if group == "None" else f"{row}, T={group}"
-                ax.errorbar(xs, [c[str(x)]["mean"] for x in xs], yerr=[c[str(x)]["std"] for x in xs], marker="o",
-                            markersize=3, capsize=2, color=f"C{i}", alpha=0.35 + 0.65 * (j + 1) / len(entry["cells"]),
+                fit = "best fit" in row
+                ax.errorbar(xs, [max(c[str(x)]["mean"], 1e-6) for x in xs], yerr=[c[str(x)]["std"] for x in xs],
+                            marker="o", markersize=3, capsize=2, color=f"C{i % 2 if fit else i}",
+                            linestyle="--" if fit else "-", alpha=0.35 + 0.65 * (j + 1) / len(entry["cells"]),
                             label=label)
         ax.axhline(thresholds[experiment], color="grey", linestyle=":", linewidth=1)
         ax.set_xscale("log", base=2)
@@ -229,7 +254,8 @@ def plot(results, thresholds, out):
                 if pts:
                     gs, ns = zip(*sorted(pts))
                     slope = entry["slope"]
-                    ax.plot(gs, ns, marker="o", color=f"C{i}",
+                    fit = "best fit" in row
+                    ax.plot(gs, ns, marker="o", color=f"C{i % 2 if fit else i}", linestyle="--" if fit else "-",
                             label=f"{row}" + ("" if slope is None else f" (slope {slope:.2f})"))
             ax.set_xscale("log", base=2)
             ax.set_yscale("log", base=2)
@@ -297,6 +323,8 @@ def main(argv=None):
                     record(*futures[future], *future.result())
     wall = time.time() - start
     results = summarise(cell_list, runs, a.seeds, thresholds)
+    if "rate" in a.only:
+        add_best_fits(results, a, thresholds)
     compute = sum(runs[key_of(*c[:4], s)]["seconds"] for c in cell_list for s in a.seeds)
     header = (f"{a.steps} Adam steps of {a.batch} scored positions per model (lr {LR}, position parameters {POSITION_LR}, "
               f"one-cycle), seeds {a.seeds}; {compute / 60:.1f} model-min of training, {wall / 60:.1f} min wall "
