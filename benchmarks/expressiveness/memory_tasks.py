@@ -321,14 +321,15 @@ def main(argv=None):
                 futures = {pool.submit(train_eval, c[4], s, a.steps, a.batch): (c, s) for c, s in todo}
                 for future in as_completed(futures):
                     record(*futures[future], *future.result())
-    wall = time.time() - start
     results = summarise(cell_list, runs, a.seeds, thresholds)
     if "rate" in a.only:
         add_best_fits(results, a, thresholds)
+    wall = time.time() - start
     compute = sum(runs[key_of(*c[:4], s)]["seconds"] for c in cell_list for s in a.seeds)
     header = (f"{a.steps} Adam steps of {a.batch} scored positions per model (lr {LR}, position parameters {POSITION_LR}, "
-              f"one-cycle), seeds {a.seeds}; {compute / 60:.1f} model-min of training, {wall / 60:.1f} min wall "
-              f"this run with {a.jobs} at once. Relative error on {EVAL_BATCH} held-out sequences.")
+              f"one-cycle), seeds {a.seeds}; {compute / 60:.1f} model-min of training in all (this invocation "
+              f"trained {len(todo)} models, {a.jobs} at once, and took {wall / 60:.1f} min wall including the "
+              f"best fits). Relative error on {EVAL_BATCH} held-out sequences.")
     table = markdown(results, thresholds, header)
     print(table)
     (out / "memory_results.md").write_text(table + "\n")
