@@ -11,15 +11,18 @@ import sys
 from dataclasses import dataclass, field
 
 import torch.nn.functional as F
+from torch import nn
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import FairseqEncoderModel, register_model, register_model_architecture
 from fairseq.models.roberta.model import RobertaLMHead
 from fairseq.models.transformer import Embedding, TransformerEncoderBase
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from fairseq.utils import get_available_activation_fns, safe_getattr
 
+from ..modules import LearnedDistanceBias, RelativeMultiheadAttention
 from .relative_position_config import RelativePositionConfig, RelativeTransformerConfig
 from .shared_positions import SharedPositionsMixin, relative_self_attention
 
@@ -47,6 +50,25 @@ class RelativeEncoderConfig(RelativePositionConfig):
     max_source_positions: int = field(
         default=1024, metadata={"help": "size of the absolute position table (with --absolute-positions)"}
     )
+    no_scale_embedding: bool = field(default=False, metadata={"help": "do not scale embeddings by sqrt(width)"})
+    apply_bert_init: bool = field(
+        default=False,
+        metadata={"help": "BERT's initialisation (fairseq's init_bert_params: every Linear and Embedding N(0, 0.02), "
+                          "zero biases) and a per-distance bias b drawn N(0, 0.02), as the URPE authors' encoder"},
+    )
+    untie_weights_roberta: bool = field(
+        default=False, metadata={"help": "an output projection of its own instead of the input embeddings"}
+    )
+
+
+def apply_bert_init(model):
+    """fairseq's ``init_bert_params`` on every submodule (dot-product-free attention has no query/key
+    projections to draw), then ``b ~ N(0, 0.02)`` for per-distance biases; ``C`` keeps its ones."""
+    for module in model.modules():
+        if not (isinstance(module, RelativeMultiheadAttention) and module.q_proj is None):
+            init_bert_params(module)
+        if isinstance(module, LearnedDistanceBias):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
 
 class RelativeEncoderLayer(TransformerEncoderLayerBase):
@@ -108,8 +130,11 @@ class RelativeEncoderModel(FairseqEncoderModel):
         dictionary = task.source_dictionary
         embed_tokens = Embedding(len(dictionary), args.encoder_embed_dim, dictionary.pad())
         encoder = RelativeTransformerEncoder(args, dictionary, embed_tokens)
-        head = RobertaLMHead(args.encoder_embed_dim, len(dictionary), args.activation_fn, weight=embed_tokens.weight)
-        return cls(encoder, head)
+        tied = None if safe_getattr(args, "untie_weights_roberta", False) else embed_tokens.weight
+        model = cls(encoder, RobertaLMHead(args.encoder_embed_dim, len(dictionary), args.activation_fn, weight=tied))
+        if safe_getattr(args, "apply_bert_init", False):
+            apply_bert_init(model)
+        return model
 
     def forward(self, src_tokens, src_lengths=None, **kwargs):
         out = self.encoder(src_tokens, src_lengths=src_lengths)
@@ -135,20 +160,27 @@ ENCODER_VARIANTS = {
     "ape": {"rpe_kind": "none", "urpe_toeplitz": "none", "absolute_positions": True, "encoder_learned_pos": True},
     "nope": {"rpe_kind": "none", "urpe_toeplitz": "none"},
 }
-ENCODER_SIZES = {  # layers, width, heads, FFN, dropout
-    "paper": (3, 768, 12, 3072, 0.1),  # RoBERTa-base width, 3 layers (Luo et al., section 5.1)
-    "cpu": (3, 64, 4, 256, 0.0),
-    "tiny": (2, 32, 2, 64, 0.0),  # tests
+# The paper size is the URPE authors' encoder (github.com/lsj2408/URPE: simulate_{RPE,URPE,noPE}.sh train
+# their fairseq fork's roberta_base with --encoder-layers 3): post-norm layers, a layer norm on the unscaled
+# embeddings, no dropout anywhere, BERT's initialisation (every weight N(0, 0.02), b too; C = 1). The
+# reduced sizes keep fairseq's width-scaled initialisation and embedding scale sqrt(width) (at width 64,
+# BERT's fixed 0.02 is a sixth of the usual 1/sqrt(width) scale), also without dropout.
+AUTHORS_ENCODER = {"no_scale_embedding": True, "apply_bert_init": True}
+ENCODER_SIZES = {  # layers, width, heads, FFN, extra options
+    "paper": (3, 768, 12, 3072, AUTHORS_ENCODER),  # RoBERTa-base width, 3 layers (Luo et al., section 5.1)
+    "cpu": (3, 64, 4, 256, {}),
+    "tiny": (2, 32, 2, 64, {}),  # tests
 }
 
 
 def encoder_preset(options, sizes):
-    layers, width, heads, ffn, dropout = sizes
+    layers, width, heads, ffn, extra = sizes
 
     def architecture(args):
         for name, value in {
             "encoder_layers": layers, "encoder_embed_dim": width, "encoder_attention_heads": heads,
-            "encoder_ffn_embed_dim": ffn, "dropout": dropout, "attention_dropout": dropout, **options,
+            "encoder_ffn_embed_dim": ffn, "dropout": 0.0, "attention_dropout": 0.0, "activation_dropout": 0.0,
+            **extra, **options,
         }.items():
             setattr(args, name, safe_getattr(args, name, value))
 

@@ -21,7 +21,7 @@ def train_args(task, model, save_dir):
         "--optimizer", "adam", "--lr", "1e-3", "--batch-size", 16, "--max-update", UPDATES, "--cpu",
         "--num-workers", 0, "--save-dir", save_dir, "--no-epoch-checkpoints", "--log-format", "json",
         "--log-interval", 1, "--no-progress-bar",
-    ]
+    ] + (["--untie-weights-roberta"] if task == "pi" else [])  # as run_synthetic.py and the authors do
 
 
 @pytest.fixture(scope="module")
