@@ -146,3 +146,34 @@ def _read_from_the_layers(module, state_dict, prefix, local_metadata, strict, mi
                     f"(trained with --rpe-per-layer?) but this model shares one set: load it with --rpe-per-layer"
                 )
             state_dict[f"{prefix}{slot}.{rest}"] = values[0]
+
+
+class LegacyParameterOrder:
+    """For a fairseq model whose encoder/decoder owns shared position modules: ``named_parameters()``
+    (hence ``parameters()``, from which fairseq builds its optimizer) lists them where every checkpoint
+    written before they moved out of the layers had them, right after layer 0's attention projections.
+
+    Optimizer states are stored by parameter order, fairseq's flat fp16/bf16 optimizer as one flat
+    vector of Adam moments; in this order a run started with the earlier layout resumes with each moment
+    on its own parameter instead of silently shifted ones.
+    """
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        named = list(super().named_parameters(prefix=prefix, recurse=recurse, remove_duplicate=remove_duplicate))
+        if recurse:
+            for owner_name, owner in self.named_modules(prefix=prefix):
+                if isinstance(owner, SharedPositionsMixin) and owner.shared_positions is not None:
+                    named = _after_layer_zero_attention(named, f"{owner_name}." if owner_name else "", owner)
+        return iter(named)
+
+
+def _after_layer_zero_attention(named, prefix: str, owner: SharedPositionsMixin):
+    """``named`` ``[(name, parameter)]`` with the owner's shared parameters moved after the last one of
+    ``{prefix}layers.0.self_attn`` (left as they are if there is no layer)."""
+    shared = tuple(f"{prefix}{slot}." for slot, _ in owner.shared_positions.items())
+    moved = [(n, p) for n, p in named if n.startswith(shared)]
+    kept = [(n, p) for n, p in named if not n.startswith(shared)]
+    anchor = [i for i, (n, _) in enumerate(kept) if n.startswith(f"{prefix}layers.0.self_attn.")]
+    if not moved or not anchor:
+        return named
+    return kept[: anchor[-1] + 1] + moved + kept[anchor[-1] + 1 :]

@@ -11,6 +11,7 @@ from fairseq.utils import safe_getattr
 
 from .relative_decoder import RelativeTransformerDecoder
 from .relative_position_config import RelativePositionConfig
+from .shared_positions import LegacyParameterOrder
 
 
 @dataclass
@@ -19,7 +20,7 @@ class RelativeTransformerLanguageModelConfig(TransformerLanguageModelConfig, Rel
 
 
 @register_model("relative_transformer_lm", dataclass=RelativeTransformerLanguageModelConfig)
-class RelativeTransformerLanguageModel(TransformerLanguageModel):
+class RelativeTransformerLanguageModel(LegacyParameterOrder, TransformerLanguageModel):
     """fairseq's ``TransformerLanguageModel`` whose decoder layers use RPE/URPE self-attention."""
 
     @classmethod

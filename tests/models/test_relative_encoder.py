@@ -54,6 +54,10 @@ def test_urpe_encoder_has_one_bidirectional_per_distance_bias_and_c_shared_by_al
     assert c.weight.shape == (2, 2 * (LENGTH - 1) + 1) and torch.equal(c.weight, torch.ones_like(c.weight))
     assert all(a.position_bias is bias and a.toeplitz is c for a in attns)
     assert model.encoder.embed_positions is None
+    # Parameter order as when layer 0's attention held them (optimizer states are stored by order).
+    names = [n for n, _ in model.named_parameters()]
+    at = names.index("encoder.layers.0.self_attn.out_proj.bias")
+    assert names[at + 1 : at + 3] == ["encoder.position_bias.weight", "encoder.toeplitz.weight"]
 
 
 def test_urpe_with_c_at_one_equals_rpe_and_both_give_logits_for_every_position():

@@ -1,10 +1,18 @@
 """Shared b and c: built once, owned by the decoder (outside the layers), evaluated once per forward,
 and stored in checkpoints under every layer as before."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
+from fairseq import checkpoint_utils
+
+import fairseq_urpe  # noqa: F401  (registers the archs the legacy checkpoints name)
+
 from tests.models.checks import randomise_positions
+
+LEGACY = Path(__file__).parent / "legacy"
 
 
 def count_table_calls(monkeypatch, module):
@@ -78,3 +86,23 @@ def test_activation_checkpointing_and_two_forwards_in_flight_give_the_plain_grad
         plain(tokens)[0].logsumexp(-1).sum().backward()
     for (name, p), g in zip(plain.named_parameters(), one):
         torch.testing.assert_close(p.grad, g, rtol=1e-10, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("name", ["rpe", "urpe_bucketed", "urpe_unique"])
+def test_parameter_order_is_that_of_checkpoints_written_before_the_shared_modules_moved(name):
+    """Optimizer states are stored by parameter order (fairseq's flat fp16/bf16 optimizer keeps one flat
+    vector of Adam moments), so a run started before the shared modules left layer 0's attention must
+    see its parameters in the same order to resume with each moment on its own parameter."""
+    models, _ = checkpoint_utils.load_model_ensemble([str(LEGACY / f"{name}.pt")], arg_overrides={"data": str(LEGACY)})
+    model = models[0]
+    stored = list(torch.load(LEGACY / f"{name}.pt", weights_only=False)["model"])
+
+    def legacy_name(name):  # where a shared module's parameter sat in layer 0's attention
+        for slot in ("position_bias", "toeplitz"):
+            if name.startswith(f"decoder.{slot}."):
+                return f"decoder.layers.0.self_attn.{name[len('decoder.'):]}"
+        return name
+
+    order = [legacy_name(n) for n, _ in model.named_parameters()]
+    assert len(set(order)) == len(order) == len(list(model.parameters()))
+    assert order == [key for key in stored if key in set(order)]
