@@ -24,7 +24,7 @@ from fairseq.utils import get_available_activation_fns, safe_getattr
 
 from ..modules import LearnedDistanceBias, RelativeMultiheadAttention
 from .relative_position_config import RelativePositionConfig, RelativeTransformerConfig
-from .shared_positions import LegacyParameterOrder, SharedPositionsMixin, relative_self_attention
+from .shared_positions import SharedPositionsMixin, relative_self_attention
 
 
 @dataclass
@@ -111,7 +111,7 @@ class RelativeTransformerEncoder(SharedPositionsMixin, TransformerEncoderBase):
 
 
 @register_model("relative_encoder", dataclass=RelativeEncoderConfig)
-class RelativeEncoderModel(LegacyParameterOrder, FairseqEncoderModel):
+class RelativeEncoderModel(FairseqEncoderModel):
     """``forward(src_tokens, src_lengths) -> (logits (B, T, V), encoder output dict)``."""
 
     def __init__(self, encoder, head):

@@ -103,6 +103,29 @@ class SharedPositionsMixin:
         """Context in which the layers' attentions share the tables of this forward."""
         return nullcontext() if self.shared_positions is None else self.shared_positions.one_forward()
 
+    def named_modules(self, memo=None, prefix: str = "", remove_duplicate: bool = True):
+        """``nn.Module.named_modules`` with the shared modules listed where every checkpoint written before
+        they moved out of the layers had them: right after layer 0's attention.
+
+        Parameters are enumerated through ``named_modules`` (``parameters()`` of this module, of the model
+        and of any wrapper, e.g. DDP), and optimizer states are stored by parameter order (fairseq's flat
+        fp16/bf16 optimizer as one flat vector of Adam moments): in this order, runs started with the
+        earlier layout resume with each moment on its own parameter. Names are unchanged.
+        """
+        listed = list(super().named_modules(memo, prefix, remove_duplicate))
+        if self.shared_positions is None:
+            return iter(listed)
+        dot = f"{prefix}." if prefix else ""
+        shared = tuple(f"{dot}{slot}" for slot, _ in self.shared_positions.items())
+        is_shared = [name in shared or name.startswith(tuple(f"{s}." for s in shared)) for name, _ in listed]
+        moved = [entry for entry, s in zip(listed, is_shared) if s]
+        kept = [entry for entry, s in zip(listed, is_shared) if not s]
+        attention = f"{dot}layers.0.self_attn"
+        anchor = [i for i, (name, _) in enumerate(kept) if name == attention or name.startswith(f"{attention}.")]
+        if not moved or not anchor:
+            return iter(listed)
+        return iter(kept[: anchor[-1] + 1] + moved + kept[anchor[-1] + 1 :])
+
 
 def refuse_fully_sharded_without_cuda() -> None:
     """fairseq builds the model inside fairscale's wrapping context for ``--ddp-backend fully_sharded``."""
@@ -147,33 +170,3 @@ def _read_from_the_layers(module, state_dict, prefix, local_metadata, strict, mi
                 )
             state_dict[f"{prefix}{slot}.{rest}"] = values[0]
 
-
-class LegacyParameterOrder:
-    """For a fairseq model whose encoder/decoder owns shared position modules: ``named_parameters()``
-    (hence ``parameters()``, from which fairseq builds its optimizer) lists them where every checkpoint
-    written before they moved out of the layers had them, right after layer 0's attention projections.
-
-    Optimizer states are stored by parameter order, fairseq's flat fp16/bf16 optimizer as one flat
-    vector of Adam moments; in this order a run started with the earlier layout resumes with each moment
-    on its own parameter instead of silently shifted ones.
-    """
-
-    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
-        named = list(super().named_parameters(prefix=prefix, recurse=recurse, remove_duplicate=remove_duplicate))
-        if recurse:
-            for owner_name, owner in self.named_modules(prefix=prefix):
-                if isinstance(owner, SharedPositionsMixin) and owner.shared_positions is not None:
-                    named = _after_layer_zero_attention(named, f"{owner_name}." if owner_name else "", owner)
-        return iter(named)
-
-
-def _after_layer_zero_attention(named, prefix: str, owner: SharedPositionsMixin):
-    """``named`` ``[(name, parameter)]`` with the owner's shared parameters moved after the last one of
-    ``{prefix}layers.0.self_attn`` (left as they are if there is no layer)."""
-    shared = tuple(f"{prefix}{slot}." for slot, _ in owner.shared_positions.items())
-    moved = [(n, p) for n, p in named if n.startswith(shared)]
-    kept = [(n, p) for n, p in named if not n.startswith(shared)]
-    anchor = [i for i, (n, _) in enumerate(kept) if n.startswith(f"{prefix}layers.0.self_attn.")]
-    if not moved or not anchor:
-        return named
-    return kept[: anchor[-1] + 1] + moved + kept[anchor[-1] + 1 :]

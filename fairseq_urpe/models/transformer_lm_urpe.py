@@ -11,7 +11,6 @@ from fairseq.utils import safe_getattr
 
 from .relative_decoder import RelativeTransformerDecoder
 from .relative_position_config import RelativePositionConfig
-from .shared_positions import LegacyParameterOrder
 
 
 @dataclass
@@ -20,7 +19,7 @@ class RelativeTransformerLanguageModelConfig(TransformerLanguageModelConfig, Rel
 
 
 @register_model("relative_transformer_lm", dataclass=RelativeTransformerLanguageModelConfig)
-class RelativeTransformerLanguageModel(LegacyParameterOrder, TransformerLanguageModel):
+class RelativeTransformerLanguageModel(TransformerLanguageModel):
     """fairseq's ``TransformerLanguageModel`` whose decoder layers use RPE/URPE self-attention."""
 
     @classmethod

@@ -106,3 +106,7 @@ def test_parameter_order_is_that_of_checkpoints_written_before_the_shared_module
     order = [legacy_name(n) for n, _ in model.named_parameters()]
     assert len(set(order)) == len(order) == len(list(model.parameters()))
     assert order == [key for key in stored if key in set(order)]
+    # fairseq builds the optimizer from the DDP-wrapped model when training on several devices: a wrapper
+    # must see the same order, or resuming with another device count would shift the moments.
+    wrapper = torch.nn.ModuleDict({"module": model})
+    assert [id(p) for p in wrapper.parameters()] == [id(p) for p in model.parameters()]
