@@ -25,30 +25,52 @@ import torch
 KERNELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_urpe", "kernels")
 
 
-def load(name: str):
-    """``fairseq_urpe/kernels/<name>.py`` as a standalone module (no fairseq import)."""
-    spec = importlib.util.spec_from_file_location(f"urpe_{name}", os.path.join(KERNELS, f"{name}.py"))
+def load(name: str, path: str = None):
+    """``fairseq_urpe/kernels/<name>.py`` (or the file ``path``) as a standalone module (no fairseq import)."""
+    spec = importlib.util.spec_from_file_location(f"urpe_{name}", path or os.path.join(KERNELS, f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 64, blocks=None, report=True):
-    """Compile forward, dK/dV and dQ kernels for ``sm_<capability>`` without a GPU; per kernel a dict of
-    registers, spilled bytes (``None`` where ptxas could not be asked) and shared memory."""
+# What the compile check covers: (capability, dtype, head dim, attention dropout). fp32 twice: TF32 products
+# (what auto runs where torch allows TF32) and full-precision ones (what --urpe-attention-impl fused forces).
+COMPILE_CONFIGS = [
+    (90, "bf16", 64, False), (90, "bf16", 128, False), (90, "bf16", 64, True), (90, "bf16", 128, True),
+    (90, "fp16", 64, False), (90, "fp32-tf32", 64, False), (90, "fp32", 64, False), (90, "fp32-tf32", 128, False),
+    (80, "bf16", 64, False), (80, "bf16", 128, True),
+]
+
+
+def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 64, blocks=None, report=True,
+                    dropout: bool = False, kernel=None):
+    """Compile forward, dK/dV and dQ kernels for ``sm_<capability>`` without a GPU (all tables and padding on).
+
+    ``dtype``: bf16, fp16, fp32 (full-precision products) or fp32-tf32. Returns per kernel a dict: tiles,
+    registers and spilled bytes (``None`` where ptxas could not be asked), shared memory, and from the PTX
+    the tensor-core instructions (``wgmma`` count, ``mma.sync`` count), the atomics by kind, and the number
+    of global load instructions.
+    """
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
 
-    kernel = load("fused_urpe_attention")
-    cfg = {**kernel.GPU_BLOCKS, **(blocks or {})}
-    if head_dim > 64 and not blocks:
-        cfg.update(forward=(64, 64, 4), dkdv=(32, 64, 4), dq=(64, 32, 4))
-    pointers = {name: f"*{dtype}" for name in ("Q", "K", "V", "DO", "Out", "DQ", "DK", "DV")}
+    kernel = kernel or load("fused_urpe_attention")
+    element, precision = {"bf16": ("bf16", "ieee"), "fp16": ("fp16", "ieee"), "fp32": ("fp32", "ieee"),
+                          "fp32-tf32": ("fp32", "tf32")}[dtype]
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[element]
+    if hasattr(kernel, "gpu_blocks"):
+        cfg = {**kernel.gpu_blocks(head_dim, torch_dtype), **(blocks or {})}
+    else:  # the kernel before issue 10
+        cfg = {**kernel.GPU_BLOCKS, **(blocks or {})}
+        if head_dim > 64 and not blocks:
+            cfg.update(forward=(64, 64, 4), dkdv=(32, 64, 4), dq=(64, 32, 4))
+    pointers = {name: f"*{element}" for name in ("Q", "K", "V", "DO", "Out", "DQ", "DK", "DV")}
     pointers.update({name: "*fp32" for name in ("BIAS", "CTAB", "RowMax", "RowSum", "Delta", "DBIAS", "DC")})
     pointers["PAD"] = "*i8"
-    common = dict(HAS_BIAS=True, HAS_C=True, HAS_PAD=True, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
-                  PRECISION="ieee", ACC=tl.float32)
+    scalars = {"scale": "fp32", "dropout_p": "fp32", "seed": "i64"}
+    common = dict(HAS_BIAS=True, HAS_C=True, HAS_PAD=True, HAS_DROPOUT=dropout,
+                  BLOCK_D=max(16, triton.next_power_of_2(head_dim)), PRECISION=precision, ACC=tl.float32)
     in_dq = cfg["table_grads"] == "dq"
     jobs = {
         "forward": (kernel._forward_kernel, cfg["forward"], {}),
@@ -59,19 +81,39 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
     backend = triton.compiler.make_backend(target)
     results = {}
     for name, (fn, (block_m, block_n, warps), extra) in jobs.items():
-        constexprs = dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **extra)
-        signature = {arg: "constexpr" if arg in constexprs else pointers.get(arg, "fp32" if arg == "scale" else "i32")
+        wanted = dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **extra)
+        if dropout and "HAS_DROPOUT" not in fn.arg_names:
+            raise ValueError("this kernel has no attention dropout")
+        constexprs = {arg: value for arg, value in wanted.items() if arg in fn.arg_names}
+        signature = {arg: "constexpr" if arg in constexprs else pointers.get(arg, scalars.get(arg, "i32"))
                      for arg in fn.arg_names}
         source = triton.compiler.ASTSource(fn=fn, constexprs=constexprs, signature=signature)
         options = backend.parse_options({"num_warps": warps, "num_stages": cfg["num_stages"]})
         compiled = triton.compile(source, target=target, options=options.__dict__)
+        ptx = compiled.asm["ptx"]
         results[name] = dict(tiles=(block_m, block_n, warps), shared_bytes=compiled.metadata.shared,
-                             **_ptxas_usage(compiled.asm["ptx"], capability))
+                             **_ptxas_usage(ptx, capability), **ptx_instructions(ptx))
         if report:
-            print(f"sm_{capability} {dtype} d={head_dim} {name}: tiles {block_m}x{block_n}, {warps} warps; "
-                  f"{results[name]['registers']} registers, {results[name]['spill_bytes']} bytes spilled, "
-                  f"{results[name]['shared_bytes']} bytes shared memory", flush=True)
+            r = results[name]
+            print(f"sm_{capability} {dtype} d={head_dim}{' dropout' if dropout else ''} {name}: "
+                  f"tiles {block_m}x{block_n}, {warps} warps; {r['registers']} registers, "
+                  f"{r['spill_bytes']} bytes spilled, {r['shared_bytes']} bytes shared; "
+                  f"wgmma {r['wgmma']}, mma.sync {r['mma_sync']}, global loads {r['global_loads']}, "
+                  f"atomics {r['atomics'] or 'none'}", flush=True)
     return results
+
+
+def ptx_instructions(ptx: str):
+    """Counts of chosen instructions in the PTX text (static counts: instructions in the code, not executed)."""
+    atomics = {}
+    for op in re.findall(r"(?<![\w.])((?:atom|red)\.global[\w.]*)", ptx):
+        atomics[op] = atomics.get(op, 0) + 1
+    return dict(
+        wgmma=len(re.findall(r"\bwgmma\.mma_async", ptx)),
+        mma_sync=len(re.findall(r"\bmma\.sync", ptx)),
+        global_loads=len(re.findall(r"\bld\.global", ptx)),
+        atomics=atomics,
+    )
 
 
 def _ptxas_usage(ptx: str, capability: int):
@@ -165,12 +207,16 @@ def check_and_time(args):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--compile-check", action="store_true", help="compile for sm_90 and sm_80; no GPU needed")
+    parser.add_argument("--compile-check", action="store_true",
+                        help="compile for sm_90 and sm_80 (COMPILE_CONFIGS, or --dtype/--head-dim if given); no GPU needed")
+    parser.add_argument("--kernel-file", default=None,
+                        help="compile this copy of fused_urpe_attention.py instead (e.g. an older commit's)")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--length", type=int, default=2048)
-    parser.add_argument("--head-dim", type=int, default=64)
-    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    parser.add_argument("--head-dim", type=int, default=None, help="default 64 (timing); all of COMPILE_CONFIGS (compile)")
+    parser.add_argument("--dtype", default=None, choices=["bfloat16", "float16", "float32"],
+                        help="default bfloat16 (timing); all of COMPILE_CONFIGS (compile)")
     parser.add_argument("--blocks", default=None, help="JSON overriding the kernel's GPU_BLOCKS")
     parser.add_argument("--json", default="benchmarks/results/fused_kernel.json")
     args = parser.parse_args(argv)
@@ -181,11 +227,23 @@ def main(argv=None):
     print_machine(info)
     if args.compile_check:
         blocks = json.loads(args.blocks) if args.blocks else None
-        short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[args.dtype]
-        results = {f"sm_{cap}": compile_kernels(cap, short, args.head_dim, blocks) for cap in (90, 80)}
+        kernel = load("fused_urpe_attention", args.kernel_file)
+        configs = COMPILE_CONFIGS
+        if args.dtype or args.head_dim:
+            short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-tf32", None: "bf16"}[args.dtype]
+            configs = [(cap, short, args.head_dim or 64, False) for cap in (90, 80)]
+        results = {}
+        for cap, dtype, head_dim, dropout in configs:
+            name = f"sm_{cap} {dtype} d{head_dim}{' dropout' if dropout else ''}"
+            try:
+                results[name] = compile_kernels(cap, dtype, head_dim, blocks, dropout=dropout, kernel=kernel)
+            except Exception as error:  # e.g. a kernel without dropout; the others still compile
+                results[name] = f"not compiled: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
+                print(f"{name}: {results[name]}", flush=True)
     elif not torch.cuda.is_available():
         sys.exit("no CUDA device: the kernel's speed cannot be measured here (--compile-check works without one)")
     else:
+        args.dtype, args.head_dim = args.dtype or "bfloat16", args.head_dim or 64
         results = check_and_time(args)
     write_json(args.json, {"benchmark": "fused_kernel", "command": command_line(__file__, argv), "machine": info,
                            "settings": {k: v for k, v in vars(args).items() if k != "json"}, "results": results})
