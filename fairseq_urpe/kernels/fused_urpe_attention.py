@@ -292,85 +292,114 @@ def _precision(dtype: torch.dtype) -> str:
     return "ieee"
 
 
+def launch_forward(q, k, v, bias, ctab, pad, out, row_max, row_sum, scale: float, cfg: dict) -> None:
+    """Run the forward kernel: ``out`` (laid out like ``q``), ``row_max`` and ``row_sum`` ``(B * H, T)``.
+
+    ``bias``, ``ctab`` ``(H, >= T)`` in the accumulator's dtype, ``pad`` ``(B, T)`` int8, or ``None``.
+    """
+    batch, heads, length, head_dim = q.shape
+    acc_tl, _ = _accumulator(q.dtype)
+    dummy = row_max
+    block_m, block_n, warps = cfg["forward"]
+    _forward_kernel[(triton.cdiv(length, block_m), batch * heads)](
+        q, k, v, _or(bias, dummy), _or(ctab, dummy), _or(pad, dummy), out, row_max, row_sum,
+        *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+        _row_stride(bias), _row_stride(ctab), _row_stride(pad),
+        heads, length, head_dim, scale,
+        HAS_BIAS=bias is not None, HAS_C=ctab is not None, HAS_PAD=pad is not None,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=_block_d(head_dim),
+        PRECISION=_precision(q.dtype), ACC=acc_tl, num_warps=warps, num_stages=cfg["num_stages"],
+    )
+
+
+def launch_backward(q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta, dq, dk, dv, d_bias, d_c,
+                    scale: float, cfg: dict) -> None:
+    """Run the two backward kernels: ``dq``, ``dk``, ``dv`` (laid out like q, k, v), and add the table
+    gradients into ``d_bias``, ``d_c`` (zeroed, laid out like ``bias``, ``ctab``; ``None``: not wanted).
+
+    ``delta`` ``(B * H, T)``: ``D_i = dO_i . O_i``.
+    """
+    batch, heads, length, head_dim = q.shape
+    acc_tl, _ = _accumulator(q.dtype)
+    dummy = row_max
+    if dk.stride() != k.stride() or dv.stride() != v.stride() or dq.stride() != q.stride():
+        raise ValueError("dq, dk, dv must be laid out like q, k, v: the kernels reuse the strides")
+    common = (
+        *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(),
+        _row_stride(bias), _row_stride(ctab), _row_stride(pad),
+        heads, length, head_dim, scale,
+    )
+    flags = dict(HAS_BIAS=bias is not None, HAS_C=ctab is not None, HAS_PAD=pad is not None,
+                 BLOCK_D=_block_d(head_dim), PRECISION=_precision(q.dtype), ACC=acc_tl,
+                 num_stages=cfg["num_stages"])
+    tables = (_or(bias, dummy), _or(ctab, dummy), _or(pad, dummy))
+    in_dq = cfg["table_grads"] == "dq"
+    bias_grad, c_grad = d_bias is not None, d_c is not None
+    block_m, block_n, warps = cfg["dkdv"]
+    _backward_dkdv_kernel[(triton.cdiv(length, block_n), batch * heads)](
+        q, k, v, *tables, grad_out, row_max, row_sum, delta, dk, dv, _or(d_bias, dummy), _or(d_c, dummy),
+        *common, BIAS_GRAD=bias_grad and not in_dq, C_GRAD=c_grad and not in_dq,
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, **flags,
+    )
+    block_m, block_n, warps = cfg["dq"]
+    _backward_dq_kernel[(triton.cdiv(length, block_m), batch * heads)](
+        q, k, v, *tables, grad_out, row_max, row_sum, delta, dq, _or(d_bias, dummy), _or(d_c, dummy),
+        *common, BIAS_GRAD=bias_grad and in_dq, C_GRAD=c_grad and in_dq,
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, **flags,
+    )
+
+
+def _or(x, default):
+    return default if x is None else x
+
+
+def _row_stride(x) -> int:
+    return 0 if x is None else x.stride(0)
+
+
+def _block_d(head_dim: int) -> int:
+    return max(16, triton.next_power_of_2(head_dim))
+
+
 class FusedCausalURPEAttention(torch.autograd.Function):
     """Autograd wrapper of the Triton kernels; use :func:`fused_causal_urpe_attention`."""
 
     @staticmethod
     def forward(ctx, q, k, v, bias_by_distance, c_by_distance, key_padding_mask, scale, blocks):
         batch, heads, length, head_dim = q.shape
-        acc_tl, acc_torch = _accumulator(q.dtype)
+        _, acc_torch = _accumulator(q.dtype)
         cfg = _blocks(q.device, head_dim, blocks)
-        block_d = max(16, triton.next_power_of_2(head_dim))
-        dummy = q.new_empty(1, dtype=acc_torch)
-        bias = bias_by_distance.to(acc_torch).contiguous() if bias_by_distance is not None else dummy
-        ctab = c_by_distance.to(acc_torch).contiguous() if c_by_distance is not None else dummy
-        pad = key_padding_mask.to(torch.int8).contiguous() if key_padding_mask is not None else q.new_empty(1, dtype=torch.int8)
-
+        bias = bias_by_distance.to(acc_torch).contiguous() if bias_by_distance is not None else None
+        ctab = c_by_distance.to(acc_torch).contiguous() if c_by_distance is not None else None
+        pad = key_padding_mask.to(torch.int8).contiguous() if key_padding_mask is not None else None
         out = torch.empty_like(q)
         row_max = torch.empty(batch * heads, length, device=q.device, dtype=acc_torch)
         row_sum = torch.empty_like(row_max)
-        block_m, block_n, warps = cfg["forward"]
-        _forward_kernel[(triton.cdiv(length, block_m), batch * heads)](
-            q, k, v, bias, ctab, pad, out, row_max, row_sum,
-            *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-            bias.stride(0) if bias_by_distance is not None else 0,
-            ctab.stride(0) if c_by_distance is not None else 0,
-            pad.stride(0) if key_padding_mask is not None else 0,
-            heads, length, head_dim, scale,
-            HAS_BIAS=bias_by_distance is not None, HAS_C=c_by_distance is not None,
-            HAS_PAD=key_padding_mask is not None,
-            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-            PRECISION=_precision(q.dtype), ACC=acc_tl, num_warps=warps, num_stages=cfg["num_stages"],
-        )
+        launch_forward(q, k, v, bias, ctab, pad, out, row_max, row_sum, scale, cfg)
         ctx.save_for_backward(q, k, v, out, bias, ctab, pad, row_max, row_sum)
-        ctx.flags = (bias_by_distance is not None, c_by_distance is not None, key_padding_mask is not None)
         ctx.table_dtypes = (
             bias_by_distance.dtype if bias_by_distance is not None else None,
             c_by_distance.dtype if c_by_distance is not None else None,
         )
-        ctx.scale, ctx.cfg, ctx.block_d = scale, cfg, block_d
+        ctx.scale, ctx.cfg = scale, cfg
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, out, bias, ctab, pad, row_max, row_sum = ctx.saved_tensors
-        has_bias, has_c, has_pad = ctx.flags
         batch, heads, length, head_dim = q.shape
-        acc_tl, acc_torch = _accumulator(q.dtype)
-        cfg = ctx.cfg
+        _, acc_torch = _accumulator(q.dtype)
         delta = (grad_out.to(acc_torch) * out.to(acc_torch)).sum(-1).reshape(batch * heads, length)  # D_i
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        bias_grad = has_bias and ctx.needs_input_grad[3]
-        c_grad = has_c and ctx.needs_input_grad[4]
-        d_bias = torch.zeros_like(bias) if bias_grad else row_max  # (H, >= T), like the table
-        d_c = torch.zeros_like(ctab) if c_grad else row_max
-        common = (
-            *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(),
-            bias.stride(0) if has_bias else 0, ctab.stride(0) if has_c else 0, pad.stride(0) if has_pad else 0,
-            heads, length, head_dim, ctx.scale,
-        )
-        flags = dict(HAS_BIAS=has_bias, HAS_C=has_c, HAS_PAD=has_pad, BLOCK_D=ctx.block_d,
-                     PRECISION=_precision(q.dtype), ACC=acc_tl, num_stages=cfg["num_stages"])
-        in_dq = cfg["table_grads"] == "dq"
-        # dK, dV must be laid out like K, V and dQ like Q: the kernels reuse the strides.
-        assert dk.stride() == k.stride() and dv.stride() == v.stride() and dq.stride() == q.stride()
-        block_m, block_n, warps = cfg["dkdv"]
-        _backward_dkdv_kernel[(triton.cdiv(length, block_n), batch * heads)](
-            q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta, dk, dv, d_bias, d_c, *common,
-            BIAS_GRAD=bias_grad and not in_dq, C_GRAD=c_grad and not in_dq,
-            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, **flags,
-        )
-        block_m, block_n, warps = cfg["dq"]
-        _backward_dq_kernel[(triton.cdiv(length, block_m), batch * heads)](
-            q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta, dq, d_bias, d_c, *common,
-            BIAS_GRAD=bias_grad and in_dq, C_GRAD=c_grad and in_dq,
-            BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, **flags,
-        )
+        d_bias = torch.zeros_like(bias) if bias is not None and ctx.needs_input_grad[3] else None  # (H, >= T)
+        d_c = torch.zeros_like(ctab) if ctab is not None and ctx.needs_input_grad[4] else None
+        launch_backward(q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta, dq, dk, dv, d_bias, d_c,
+                        ctx.scale, ctx.cfg)
         bias_dtype, c_dtype = ctx.table_dtypes
         return (
             dq, dk, dv,
-            d_bias.to(bias_dtype) if bias_grad else None,
-            d_c.to(c_dtype) if c_grad else None,
+            d_bias.to(bias_dtype) if d_bias is not None else None,
+            d_c.to(c_dtype) if d_c is not None else None,
             None, None, None,
         )
 
