@@ -115,10 +115,13 @@ class RelativeMultiheadAttention(MultiheadAttention):
         src_len = v.size(2)
 
         dropout_active = self.dropout_module.p > 0 and (self.training or self.dropout_module.apply_during_inference)
+        dropout_p = self.dropout_module.p if dropout_active else 0.0
         if use_fused_attention(self.attention_impl, v, attn_mask, incremental_state is not None, need_weights,
-                               dropout_active, self.dot_product):
+                               dropout_p, self.dot_product, padding=key_padding_mask is not None,
+                               tables=(self.position_bias is not None, self.toeplitz is not None)):
             q = split_heads(self.q_proj(query)) * self.scaling
-            out = fused_relative_attention(q, k, v, self.position_bias, self.toeplitz, key_padding_mask)  # (B, H, T, d)
+            out = fused_relative_attention(q, k, v, self.position_bias, self.toeplitz, key_padding_mask,
+                                           dropout_p=dropout_p)  # (B, H, T, d)
             return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None
 
         key_positions = torch.arange(src_len, device=query.device)  # (S,)

@@ -141,7 +141,7 @@ def test_kernels_stay_inside_their_tensors(length, tables, placement, access_che
     d_bias = g.new("bias gradient", (HEADS, length), dtype, zeros) if has_bias else None
     d_c = g.new("C gradient", (HEADS, length), dtype, zeros) if has_c else None
     access_check["extents"] = g.extents()
-    cfg = {**kernel.GPU_BLOCKS, "table_grads": placement, "num_stages": 1}
+    cfg = {**kernel.gpu_blocks(HEAD_DIM, torch.bfloat16), "table_grads": placement}  # bf16 training's tiles
 
     kernel.launch_forward(q, k, v, bias, ctab, pad, out, row_max, row_sum, 0.25, cfg)
     delta.copy_((grad_out * out).sum(-1).reshape(batch * HEADS, length))
