@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 IMPLS = ("auto", "dense", "fused")
 FLAG = "--urpe-attention-impl"
 _FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-MAX_DROPOUT_LENGTH = 46340  # as the kernel's (fused_urpe_attention imports triton)
+MAX_DROPOUT_LENGTH = 131064  # as the kernel's (fused_urpe_attention imports triton)
 
 # Self-check verdicts of this process: None where the kernel passed, else what went wrong.
 _SELF_CHECKS: Dict[KernelConfig, Optional[str]] = {}
@@ -105,14 +105,14 @@ def _why_not_fused(x: torch.Tensor, dropout_p: float, dot_product: bool, forced:
         return f"attention dropout {dropout_p} is not in [0, 1)"
     if dropout_p > 0 and x.size(2) > MAX_DROPOUT_LENGTH:
         return f"attention dropout in the kernel supports lengths up to {MAX_DROPOUT_LENGTH}, not {x.size(2)}"
+    if x.dtype == torch.float32 and not forced and not torch.backends.cuda.matmul.allow_tf32:
+        # Full-precision products run without tensor cores: slower than the dense path's matmuls.
+        return "float32 without TF32 (torch.backends.cuda.matmul.allow_tf32 is off)"
     interpreted = x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
     if x.device.type != "cuda" and not (forced and interpreted):
         return f"tensors are on {x.device.type}; the kernel needs CUDA (or TRITON_INTERPRET=1 on CPU, for tests)"
     if x.dtype not in _FUSED_DTYPES and not interpreted:
         return f"{x.dtype} is not float16, bfloat16 or float32"
-    if x.dtype == torch.float32 and not forced and not torch.backends.cuda.matmul.allow_tf32:
-        # Full-precision products run without tensor cores: slower than the dense path's matmuls.
-        return "float32 without TF32 (torch.backends.cuda.matmul.allow_tf32 is off)"
     if not triton_available():
         return "triton is not installed (pip install triton)"
     return None

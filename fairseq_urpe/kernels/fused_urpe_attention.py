@@ -15,8 +15,9 @@ Backward, recomputing P (and Z) tile by tile from the stored m and l (O(T) extra
 follow the dense attention in ``fairseq_urpe/modules/urpe_attention.py``: their score is the most negative
 finite float32 rather than -inf, so a query whose visible keys are all padding averages them uniformly
 and stays finite, and no gradient flows into their scores. Attention dropout follows it too: applied to
-``P ⊙ C``, scaled by ``1 / (1 - p)``; its mask comes from Philox (counter-based: counters ``(i T + j,
-b H + h)`` under one seed per call), so the backward kernels regenerate it instead of storing it.
+``P ⊙ C``, scaled by ``1 / (1 - p)``; its mask comes from Philox (counter-based, one seed per call, 16
+random bits per entry, one call per 8 keys, as FlashAttention does), so the backward kernels regenerate
+it instead of storing it.
 
 Each tile reads its slice of a table (``BLOCK_M + BLOCK_N - 1`` distances) with one load and expands it
 in registers; tiles wholly below the diagonal skip the causal mask. This module imports only torch and
@@ -32,7 +33,7 @@ import triton.language as tl
 
 PAD_SCORE = tl.constexpr(-3.4028234663852886e38)  # torch.finfo(torch.float32).min
 MAX_HEAD_DIM = 128
-MAX_DROPOUT_LENGTH = 46340  # i * T + j, the dropout counter, stays below 2**31
+MAX_DROPOUT_LENGTH = 131064  # i * ceil(T / 8) + j // 8, the dropout counter, stays below 2**31
 
 
 @triton.jit
@@ -45,16 +46,22 @@ def _table_tile(TABLE, first, distance, T, L: tl.constexpr, M: tl.constexpr, N: 
 
 
 @triton.jit
-def _dropout_scale(seed, bh, offsets, dropout_p):
-    """``Z`` for the entries ``offsets = i * T + j`` of head ``bh``: ``1 / (1 - p)`` where dropout keeps them, else 0.
+def _dropout_scale(seed, bh, rows, start_n, T, dropout_p, M: tl.constexpr, N: tl.constexpr):
+    """``Z`` (M, N) for queries ``rows`` and keys ``start_n .. start_n + N - 1`` (a multiple of 8) of head ``bh``:
+    ``1 / (1 - p)`` where attention dropout keeps an entry, 0 where it drops it.
 
-    Philox with counters ``(i * T + j, bh, 0, 0)`` under the call's seed: each kernel regenerates the
-    same mask.
+    One Philox call, counters ``(i * ceil(T / 8) + j // 8, bh, 0, 0)`` under the call's seed, gives four
+    32-bit words: the 16-bit uniforms of 8 consecutive keys; an entry is kept when its uniform is at
+    least ``round(p * 65536)``. Every kernel regenerates the same mask from the same counters.
     """
-    zero = offsets * 0
-    bits, _, _, _ = tl.philox(seed, offsets, zero + bh, zero, zero)
-    keep = tl.uint_to_uniform_float(bits) >= dropout_p
-    return tl.where(keep, 1.0 / (1.0 - dropout_p), 0.0)
+    G: tl.constexpr = N // 8
+    counters = rows[:, None] * tl.cdiv(T, 8) + (start_n // 8 + tl.arange(0, G))[None, :]  # (M, G)
+    zero = counters * 0
+    w0, w1, w2, w3 = tl.philox(seed, counters, zero + bh, zero, zero)
+    u = tl.join(tl.join(tl.join(w0 & 0xFFFF, w0 >> 16), tl.join(w1 & 0xFFFF, w1 >> 16)),
+                tl.join(tl.join(w2 & 0xFFFF, w2 >> 16), tl.join(w3 & 0xFFFF, w3 >> 16)))  # (M, G, 2, 2, 2)
+    threshold = tl.cast(dropout_p * 65536.0 + 0.5, tl.uint32)
+    return tl.where(tl.reshape(u, [M, N]) >= threshold, 1.0 / (1.0 - dropout_p), 0.0)
 
 
 @triton.jit
@@ -97,7 +104,7 @@ def _forward_tile(
     if HAS_C:
         p = p * _table_tile(CTAB + h * stride_c_h, first, distance, T, SLICE, BLOCK_M, BLOCK_N)
     if HAS_DROPOUT:
-        p = p * _dropout_scale(seed, bh, rows[:, None] * T + cols[None, :], dropout_p)
+        p = p * _dropout_scale(seed, bh, rows, start_n, T, dropout_p, BLOCK_M, BLOCK_N)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=ACC)
     return acc, m_new, l_i
 
@@ -215,7 +222,7 @@ def _dkdv_tile(
     dw = tl.dot(v, tl.trans(do), input_precision=PRECISION, out_dtype=ACC)  # (dO V^T)^T
     w = p
     if HAS_DROPOUT:
-        z = _dropout_scale(seed, bh, rows[None, :] * T + cols[:, None], dropout_p)
+        z = tl.trans(_dropout_scale(seed, bh, rows, start_n, T, dropout_p, BLOCK_M, BLOCK_N))  # Z^T
         dw = dw * z
         w = w * z
     if HAS_C:
@@ -323,7 +330,7 @@ def _dq_tile(
     p = tl.exp(s - m[:, None]) / l[:, None]
     dw = tl.dot(do, tl.trans(v), input_precision=PRECISION, out_dtype=ACC)
     if HAS_DROPOUT:
-        dw = dw * _dropout_scale(seed, bh, rows[:, None] * T + cols[None, :], dropout_p)
+        dw = dw * _dropout_scale(seed, bh, rows, start_n, T, dropout_p, BLOCK_M, BLOCK_N)
     if HAS_C:
         dp = dw * _table_tile(CTAB + h * stride_c_h, first, distance, T, SLICE, BLOCK_M, BLOCK_N)
     else:
@@ -399,7 +406,7 @@ def _dropout_mask_kernel(SEED, Out, T, dropout_p, BLOCK: tl.constexpr):
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     for start_n in range(0, T, BLOCK):
         cols = start_n + tl.arange(0, BLOCK)
-        z = _dropout_scale(seed, bh, rows[:, None] * T + cols[None, :], dropout_p)
+        z = _dropout_scale(seed, bh, rows, start_n, T, dropout_p, BLOCK, BLOCK)
         tl.store(Out + bh * T * T + rows[:, None] * T + cols[None, :], z, mask=(rows[:, None] < T) & (cols[None, :] < T))
 
 
@@ -528,7 +535,7 @@ def _block_d(head_dim: int) -> int:
 def attention_dropout_mask(seed: torch.Tensor, batch: int, heads: int, length: int, dropout_p: float) -> torch.Tensor:
     """``(B, H, T, T)`` float32: the kernels' ``Z`` for ``seed`` (``1 / (1 - p)`` kept, 0 dropped), on seed's device."""
     out = torch.empty(batch * heads, length, length, device=seed.device, dtype=torch.float32)
-    block = 16 if seed.device.type == "cpu" else 64
+    block = 64
     _dropout_mask_kernel[(triton.cdiv(length, block), batch * heads)](seed, out, length, float(dropout_p), BLOCK=block)
     return out.view(batch, heads, length, length)
 
@@ -602,7 +609,7 @@ def fused_causal_urpe_attention(
         c_by_distance: ``(H, >= T)``: ``C_ij = c_by_distance[h, i - j]``, or ``None`` (``C = 1``).
         key_padding_mask: ``(B, T)`` bool, true at padded keys, or ``None``.
         scale: multiplies ``Q K^T``; default ``1 / sqrt(d)``.
-        dropout_p: attention dropout on ``A ⊙ C`` (kept entries scaled by ``1 / (1 - p)``); ``T <= 46340``.
+        dropout_p: attention dropout on ``A ⊙ C`` (kept entries scaled by ``1 / (1 - p)``); ``T <= 131064``.
         dropout_seed: one-element int64 tensor on q's device choosing the mask (see
             :func:`attention_dropout_mask`); default: drawn from torch's generator (:func:`new_dropout_seed`).
         blocks: overrides of the tile choices (keys and values as in ``INTERPRETER_BLOCKS``; a tile's

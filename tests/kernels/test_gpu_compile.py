@@ -23,7 +23,7 @@ pytest.importorskip("triton")
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # (head dim, attention dropout): GPT-2 small's heads, and the _wiki103 archs' heads with their dropout.
-CONFIGS = [(64, False)]
+CONFIGS = [(64, False), (128, True)]
 
 
 def compile_in_a_clean_process(cache_dir, configs):
