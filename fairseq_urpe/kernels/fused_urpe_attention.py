@@ -410,18 +410,18 @@ def _dropout_mask_kernel(SEED, Out, T, dropout_p, BLOCK: tl.constexpr):
         tl.store(Out + bh * T * T + rows[:, None] * T + cols[None, :], z, mask=(rows[:, None] < T) & (cols[None, :] < T))
 
 
-# Tiles (BLOCK_M queries, BLOCK_N keys, warps, pipeline stages) of the three kernels, and which backward
-# kernel adds the table gradients, per (dtype: 16-bit, TF32 or full float32; head dim <= 64 or wider).
-# Chosen on a machine without a GPU (benchmarks/fused_kernel.py --compile-check, sm_90, dropout on): the
-# largest tiles that ptxas compiles without register spills; at head dim 128 the dK/dV kernel spills a few
-# hundred bytes with every tile it can use wgmma with (its dK, dV accumulators and K, V stay resident),
-# the least is taken. Untimed: benchmarks/fused_kernel.py --blocks tries others on a GPU.
+# Tiles (BLOCK_M queries, BLOCK_N keys, warps, pipeline stages) of the three kernels per (dtype: 16-bit,
+# TF32 or full float32; head dim <= 64 or wider). Chosen on a machine without a GPU with
+# benchmarks/fused_kernel.py --compile-check (sm_90, all tables, padding and dropout on): the largest tiles
+# that ptxas compiles without register spills, with wgmma wherever there are tensor cores to use. Only
+# TF32 at head dim 128 spills (dK/dV: 120-140 bytes with every tile that keeps wgmma), and full float32
+# (forced only) 4 bytes. Untimed: benchmarks/fused_kernel.py --blocks tries others on a GPU.
 GPU_BLOCKS = {
     ("16-bit", 64): dict(forward=(128, 64, 8, 2), dkdv=(32, 128, 8, 2), dq=(128, 32, 8, 2)),
-    ("16-bit", 128): dict(forward=(128, 64, 8, 2), dkdv=(32, 64, 8, 1), dq=(64, 16, 8, 2)),
+    ("16-bit", 128): dict(forward=(128, 64, 8, 2), dkdv=(16, 64, 8, 2), dq=(64, 32, 4, 2)),
     ("tf32", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(128, 32, 8, 2)),
-    ("tf32", 128): dict(forward=(128, 32, 8, 2), dkdv=(32, 64, 8, 1), dq=(64, 16, 8, 2)),
-    ("float32", 64): dict(forward=(64, 32, 8, 2), dkdv=(16, 32, 4, 2), dq=(64, 32, 8, 2)),  # no tensor cores
+    ("tf32", 128): dict(forward=(128, 32, 8, 2), dkdv=(32, 64, 8, 2), dq=(64, 16, 8, 2)),
+    ("float32", 64): dict(forward=(32, 32, 4, 2), dkdv=(16, 32, 4, 2), dq=(64, 32, 8, 2)),  # no tensor cores
     ("float32", 128): dict(forward=(32, 16, 4, 2), dkdv=(16, 32, 4, 2), dq=(32, 16, 4, 2)),
 }
 TABLE_GRADS = "dq"

@@ -44,17 +44,37 @@ def check_length(device: torch.device) -> int:
     return 32 + 13 if device.type == "cpu" else 2 * 128 + 45
 
 
+def tolerance(config: KernelConfig) -> float:
+    """The largest accepted error in ``config`` (float32 on a GPU: TF32 where torch allows it now)."""
+    if config.dtype == torch.float32 and config.device.startswith("cuda") and torch.backends.cuda.matmul.allow_tf32:
+        return TOLERANCE["tf32"]
+    return TOLERANCE[config.dtype]
+
+
 def kernel_error(config: KernelConfig) -> Optional[str]:
     """``None`` where the kernel matches the reference in this configuration; else what went wrong
-    (the largest error and the tensor it is in, or the exception the kernel raised)."""
+    (the tensors over the tolerance and the largest error, or the exception the kernel raised)."""
+    try:
+        errors = kernel_errors(config)
+    except Exception as error:  # compile error, out of resources, grid limits, ...
+        return f"the kernel raised {type(error).__name__}: {' '.join(str(error).split())[:300]}"
+    accepted = tolerance(config)
+    wrong = [name for name, err in errors.items() if not err <= accepted]  # NaN is wrong
+    if not wrong:
+        return None
+    worst = max(wrong, key=lambda name: errors[name] if errors[name] == errors[name] else float("inf"))
+    return (f"{', '.join(wrong)} differ{'s' if len(wrong) == 1 else ''} from the reference: max error / max value "
+            f"= {errors[worst]:.3g} in the {worst.replace('gradient of the ', 'gradient of ')} (accepted: {accepted:g})")
+
+
+def kernel_errors(config: KernelConfig, length: Optional[int] = None, batch: int = 2, heads: int = 2):
+    """``{tensor: max |fused - ref| / max |ref|}`` for the output and every gradient, on the check's
+    inputs (``length`` default :func:`check_length`); exceptions of the kernel propagate."""
     from . import fused_urpe_attention as kernel  # imports triton
     from .reference import causal_urpe_attention_reference
 
     device = torch.device(config.device)
-    tolerance = TOLERANCE[config.dtype]
-    if config.dtype == torch.float32 and device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
-        tolerance = TOLERANCE["tf32"]
-    batch, heads, length = 2, 2, check_length(device)
+    length = check_length(device) if length is None else length
     cpu = torch.Generator().manual_seed(20240521)  # private: the caller's random streams stay as they were
 
     def randn(*shape):
@@ -67,38 +87,26 @@ def kernel_error(config: KernelConfig) -> Optional[str]:
     pad = None
     if config.padding:
         pad = torch.zeros(batch, length, dtype=torch.bool)
-        pad[0, -7:] = True  # right padding
-        pad[1, :3] = True  # left padding: the first queries see only pads
+        pad[0, length - min(7, length - 1):] = True  # right padding
+        pad[-1, :min(3, length)] = True  # left padding: the first queries see only pads
         pad = pad.to(device)
     upstream = randn(batch, heads, length, config.head_dim).to(device, config.dtype)
     scale = 1.0 / math.sqrt(config.head_dim)
     leaves = [("q", q), ("k", k), ("v", v), ("bias table", bias), ("Toeplitz table", c)]
     leaves = [(name, x) for name, x in leaves if x is not None]
-    try:
-        with torch.enable_grad(), torch.autocast(device.type, enabled=False):
-            seed, mask = None, None
-            if config.dropout:
-                seed = torch.tensor([20240521], dtype=torch.int64, device=device)
-                mask = kernel.attention_dropout_mask(seed, batch, heads, length, CHECK_DROPOUT)
-            out = kernel.fused_causal_urpe_attention(q, k, v, bias, c, pad, scale, CHECK_DROPOUT if config.dropout else 0.0, seed)
-            got = (out,) + torch.autograd.grad(out, [x for _, x in leaves], upstream)
-            ref_leaves = [x.detach().to(wide).requires_grad_() for _, x in leaves]
-            named = dict(zip([name for name, _ in leaves], ref_leaves))
-            want = causal_urpe_attention_reference(
-                named["q"], named["k"], named["v"], named.get("bias table"), named.get("Toeplitz table"), pad, scale,
-                mask)
-            expected = (want,) + torch.autograd.grad(want, ref_leaves, upstream.to(wide))
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-    except Exception as error:  # compile error, out of resources, grid limits, ...
-        return f"the kernel raised {type(error).__name__}: {' '.join(str(error).split())[:300]}"
+    with torch.enable_grad(), torch.autocast(device.type, enabled=False):
+        seed, mask = None, None
+        if config.dropout:
+            seed = torch.tensor([20240521], dtype=torch.int64, device=device)
+            mask = kernel.attention_dropout_mask(seed, batch, heads, length, CHECK_DROPOUT)
+        out = kernel.fused_causal_urpe_attention(q, k, v, bias, c, pad, scale, CHECK_DROPOUT if config.dropout else 0.0,
+                                                 seed)
+        got = (out,) + torch.autograd.grad(out, [x for _, x in leaves], upstream)
+        ref_leaves = [x.detach().to(wide).requires_grad_() for _, x in leaves]
+        named = dict(zip([name for name, _ in leaves], ref_leaves))
+        want = causal_urpe_attention_reference(
+            named["q"], named["k"], named["v"], named.get("bias table"), named.get("Toeplitz table"), pad, scale, mask)
+        expected = (want,) + torch.autograd.grad(want, ref_leaves, upstream.to(wide))
     names = ["output"] + [f"gradient of the {name}" for name, _ in leaves]
-    errors = {name: ((a.to(b.dtype) - b).abs().max() / b.abs().max().clamp(min=1e-30)).item()
-              for name, a, b in zip(names, got, expected)}
-    wrong = [name for name, err in errors.items() if not err <= tolerance]  # NaN is wrong
-    if wrong:
-        worst = max(wrong, key=lambda name: errors[name] if errors[name] == errors[name] else float("inf"))
-        return (f"{', '.join(wrong)} differ{'s' if len(wrong) == 1 else ''} from the reference: max error / max value "
-                f"= {errors[worst]:.3g} in the {worst.replace('gradient of the ', 'gradient of ')} "
-                f"(accepted: {tolerance:g})")
-    return None
+    return {name: ((a.to(b.dtype) - b).abs().max() / b.abs().max().clamp(min=1e-30)).item()
+            for name, a, b in zip(names, got, expected)}

@@ -2,7 +2,7 @@
 
 Every tensor the kernels read or write (q, k, v, the tables, the padding mask, dO, the output, row
 statistics, dQ, dK, dV and the table gradients) is a view into a larger buffer whose words before and
-after it hold a sentinel. Two checks, both under Triton's interpreter:
+after it hold a sentinel (``benchmarks/guard_memory.py``). Two checks, both under Triton's interpreter:
 
 - every load, store and atomic that a kernel executes (mask on) is checked against the extents of the
   views passed to it, so an access that lands anywhere else (a guard, another tensor) fails at once,
@@ -10,7 +10,8 @@ after it hold a sentinel. Two checks, both under Triton's interpreter:
 - the guard words are bit for bit unchanged after forward and backward. The float sentinel is -0.0,
   which an atomic ``+ 0.0`` turns into +0.0 (the out-of-bounds adds of an all-masked diagonal).
 
-Tiles are the GPU's (the shapes that run on hardware), lengths not multiples of them.
+Tiles are the GPU's (the shapes that run on hardware), lengths not multiples of them; with both tables,
+attention dropout is on too.
 """
 
 import itertools
@@ -23,44 +24,10 @@ pytest.importorskip("triton")
 
 from triton.runtime import interpreter  # noqa: E402
 
+from benchmarks.guard_memory import GuardedTensors  # noqa: E402
 from fairseq_urpe.kernels import fused_urpe_attention as kernel  # noqa: E402
 
-GUARD = 512  # words each side: more than any tile reaches past a tensor
 HEADS, HEAD_DIM = 2, 16
-
-
-class Guarded:
-    """Tensors allocated in the middle of sentinel-filled buffers, and the check that the sentinels held."""
-
-    def __init__(self):
-        self.buffers = []  # (name, buffer, view)
-
-    def new(self, name, shape, dtype, fill):
-        numel = int(np.prod(shape))
-        sentinel = -0.0 if dtype.is_floating_point else 0x5A
-        buffer = torch.full((GUARD + numel + GUARD,), sentinel, dtype=dtype)
-        view = buffer[GUARD:GUARD + numel].view(shape)
-        view.copy_(fill(shape, dtype))
-        self.buffers.append((name, buffer, view, buffer.clone()))
-        return view
-
-    def extents(self):
-        return [(v.data_ptr(), v.data_ptr() + v.numel() * v.element_size(), name) for name, _, v, _ in self.buffers]
-
-    def damaged(self):
-        """Names of the buffers whose guard words changed (compared bit for bit)."""
-        bad = []
-        for name, buffer, _, before in self.buffers:
-            now, was = buffer.view(torch.uint8 if buffer.element_size() == 1 else torch.int32 if buffer.element_size() == 4 else torch.int64), \
-                before.view(torch.uint8 if before.element_size() == 1 else torch.int32 if before.element_size() == 4 else torch.int64)
-            width = buffer.element_size()
-            head, tail = GUARD, now.numel() - GUARD
-            if not (torch.equal(now[:head], was[:head]) and torch.equal(now[tail:], was[tail:])):
-                changed = torch.nonzero(now != was).flatten().tolist()
-                outside = [i - GUARD for i in changed if i < head or i >= tail]
-                bad.append(f"{name} (width {width}): words {outside[:4]}{'...' if len(outside) > 4 else ''} "
-                           f"relative to the start")
-        return bad
 
 
 @pytest.fixture
@@ -128,7 +95,7 @@ def test_kernels_stay_inside_their_tensors(length, tables, placement, access_che
     has_bias, has_c = TABLES[tables]
     dtype, batch = torch.float32, 1
     torch.manual_seed(length)
-    g = Guarded()
+    g = GuardedTensors()
     shape = (batch, HEADS, length, HEAD_DIM)
     q, k, v, grad_out = (g.new(name, shape, dtype, randn) for name in ("q", "k", "v", "dO"))
     bias = g.new("bias", (HEADS, length), dtype, randn) if has_bias else None
@@ -140,15 +107,18 @@ def test_kernels_stay_inside_their_tensors(length, tables, placement, access_che
     dq, dk, dv = (g.new(name, shape, dtype, zeros) for name in ("dQ", "dK", "dV"))
     d_bias = g.new("bias gradient", (HEADS, length), dtype, zeros) if has_bias else None
     d_c = g.new("C gradient", (HEADS, length), dtype, zeros) if has_c else None
-    access_check["extents"] = g.extents()
     cfg = {**kernel.gpu_blocks(HEAD_DIM, torch.bfloat16), "table_grads": placement}  # bf16 training's tiles
 
-    kernel.launch_forward(q, k, v, bias, ctab, pad, out, row_max, row_sum, 0.25, cfg)
+    dropout = 0.1 if tables == "both" else 0.0  # the dropout variants read a seed
+    seed = g.new("seed", (1,), torch.int64, lambda shape, dtype: torch.full(shape, 77, dtype=dtype)) if dropout else None
+    access_check["extents"] = g.extents()
+
+    kernel.launch_forward(q, k, v, bias, ctab, pad, out, row_max, row_sum, 0.25, cfg, dropout, seed)
     delta.copy_((grad_out * out).sum(-1).reshape(batch * HEADS, length))
     kernel.launch_backward(q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta, dq, dk, dv, d_bias, d_c,
-                           0.25, cfg)
+                           0.25, cfg, dropout, seed)
 
     assert access_check["checked"] > 0
-    errors = sorted(set(access_check["outside"])) + [f"guard words changed: {name}" for name in g.damaged()]
+    errors = sorted(set(access_check["outside"])) + g.damaged()
     assert not errors, "\n".join(errors)
     assert torch.isfinite(out).all() and torch.isfinite(dq).all() and torch.isfinite(dk).all()
