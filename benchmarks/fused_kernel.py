@@ -110,6 +110,7 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
                   f"{r['spill_bytes']} bytes spilled, {r['shared_bytes']} bytes shared; "
                   f"wgmma {r['wgmma']}, mma.sync {r['mma_sync']}, atomics {r['atomics'] or 'none'}; per loop "
                   "iteration: " + ", ".join(f"{x['instructions']} instructions ({x['global_loads']} global loads, "
+                                            f"{x['async_copies']} async copies, "
                                             f"{x['shared_loads']}/{x['shared_stores']} shared loads/stores)"
                                             for x in r["loops"]), flush=True)
     return results
@@ -140,6 +141,7 @@ def _count_instructions(ptx: str):
         wgmma=len(re.findall(r"\bwgmma\.mma_async", ptx)),
         mma_sync=len(re.findall(r"\bmma\.sync", ptx)),
         global_loads=len(re.findall(r"\bld\.global", ptx)),
+        async_copies=len(re.findall(r"\bcp\.async\.(?:ca|cg)", ptx)),  # global -> shared, e.g. pipelined loads
         shared_loads=len(re.findall(r"\bld\.shared", ptx)) + len(re.findall(r"\bldmatrix", ptx)),
         shared_stores=len(re.findall(r"\bst\.shared", ptx)) + len(re.findall(r"\bstmatrix", ptx)),
         atomics=atomics,
