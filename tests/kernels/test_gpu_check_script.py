@@ -27,7 +27,7 @@ def test_gpu_check_script_runs_its_cpu_sections_and_writes_both_reports(tmp_path
         assert sections[name]["status"] == "ok", (name, sections[name])
         assert sections[name]["results"] and all(r["ok"] for r in sections[name]["results"]), name
     for name in ("kernel_speed", "sanitizer"):
-        assert sections[name]["status"] == "skipped" and sections[name]["skipped"] == ["needs CUDA"]
+        assert sections[name]["status"] == "skipped" and "needs CUDA" in sections[name]["skipped"][0]
     runs = {r["impl"]: r for r in sections["end_to_end"]["results"]}
     assert runs["stock"]["fused_calls"] == 0 and runs["fused"]["fused_calls"] > 0  # the kernel really ran
     assert any("dropout" in r["case"] for r in sections["correctness"]["results"])
