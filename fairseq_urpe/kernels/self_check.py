@@ -71,6 +71,12 @@ def kernel_error(config: KernelConfig) -> Optional[str]:
 def kernel_errors(config: KernelConfig, length: Optional[int] = None, batch: int = 2, heads: int = 2):
     """``{tensor: max |fused - ref| / max |ref|}`` for the output and every gradient, on the check's
     inputs (``length`` default :func:`check_length`); exceptions of the kernel propagate."""
+    # Whatever the caller runs under (no_grad, inference_mode, autocast), the check needs plain autograd.
+    with torch.inference_mode(False), torch.enable_grad():
+        return _kernel_errors(config, length, batch, heads)
+
+
+def _kernel_errors(config: KernelConfig, length: Optional[int], batch: int, heads: int):
     from . import fused_urpe_attention as kernel  # imports triton
     from .reference import causal_urpe_attention_reference
 

@@ -121,3 +121,12 @@ def test_auto_does_not_choose_full_precision_float32():
         assert "tensors are on cpu" in dispatch._why_not_fused(x, 0.0, True, forced=False)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = allowed
+
+
+def test_the_check_runs_under_inference_mode_and_no_grad(checks):
+    """The first call may come from evaluation (fairseq-eval-lm under no_grad, or inference_mode)."""
+    config = CONFIG._replace(dropout=False, padding=False)
+    with torch.inference_mode():
+        assert dispatch.self_check_passed("fused", config)
+    with torch.no_grad():
+        assert kernel_error(config._replace(toeplitz=False)) is None
