@@ -25,53 +25,127 @@ import torch
 KERNELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_urpe", "kernels")
 
 
-def load(name: str):
-    """``fairseq_urpe/kernels/<name>.py`` as a standalone module (no fairseq import)."""
-    spec = importlib.util.spec_from_file_location(f"urpe_{name}", os.path.join(KERNELS, f"{name}.py"))
+def load(name: str, path: str = None):
+    """``fairseq_urpe/kernels/<name>.py`` (or the file ``path``) as a standalone module (no fairseq import)."""
+    spec = importlib.util.spec_from_file_location(f"urpe_{name}", path or os.path.join(KERNELS, f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 64, blocks=None, report=True):
-    """Compile forward, dK/dV and dQ kernels for ``sm_<capability>`` without a GPU; per kernel a dict of
-    registers, spilled bytes (``None`` where ptxas could not be asked) and shared memory."""
+# What the compile check covers: (capability, dtype, head dim, attention dropout). fp32 twice: TF32 products
+# (what auto runs where torch allows TF32) and full-precision ones (what --urpe-attention-impl fused forces).
+COMPILE_CONFIGS = [
+    (90, "bf16", 64, False), (90, "bf16", 128, False), (90, "bf16", 64, True), (90, "bf16", 128, True),
+    (90, "fp16", 64, False), (90, "fp32-tf32", 64, False), (90, "fp32", 64, False), (90, "fp32-tf32", 128, False),
+    (80, "bf16", 64, False), (80, "bf16", 128, True),
+]
+
+
+def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 64, blocks=None, report=True,
+                    dropout: bool = False, kernel=None, only=("forward", "dkdv", "dq"), tables=(True, True)):
+    """Compile forward, dK/dV and dQ kernels for ``sm_<capability>`` without a GPU (all tables and padding on).
+
+    ``dtype``: bf16, fp16, fp32 (full-precision products) or fp32-tf32. Returns per kernel a dict: tiles,
+    registers and spilled bytes (``None`` where ptxas could not be asked), shared memory, and from the PTX
+    the tensor-core instructions (``wgmma`` count, ``mma.sync`` count), the atomics by kind, and the number
+    of global load instructions.
+    """
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
 
-    kernel = load("fused_urpe_attention")
-    cfg = {**kernel.GPU_BLOCKS, **(blocks or {})}
-    if head_dim > 64 and not blocks:
-        cfg.update(forward=(64, 64, 4), dkdv=(32, 64, 4), dq=(64, 32, 4))
-    pointers = {name: f"*{dtype}" for name in ("Q", "K", "V", "DO", "Out", "DQ", "DK", "DV")}
+    kernel = kernel or load("fused_urpe_attention")
+    element, precision = {"bf16": ("bf16", "ieee"), "fp16": ("fp16", "ieee"), "fp32": ("fp32", "ieee"),
+                          "fp32-tf32": ("fp32", "tf32")}[dtype]
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[element]
+    if hasattr(kernel, "gpu_blocks"):
+        cfg = {**kernel.gpu_blocks(head_dim, torch_dtype, precision), **(blocks or {})}
+    else:  # the kernel before issue 10
+        cfg = {**kernel.GPU_BLOCKS, **(blocks or {})}
+        if head_dim > 64 and not blocks:
+            cfg.update(forward=(64, 64, 4), dkdv=(32, 64, 4), dq=(64, 32, 4))
+    pointers = {name: f"*{element}" for name in ("Q", "K", "V", "DO", "Out", "DQ", "DK", "DV")}
     pointers.update({name: "*fp32" for name in ("BIAS", "CTAB", "RowMax", "RowSum", "Delta", "DBIAS", "DC")})
-    pointers["PAD"] = "*i8"
-    common = dict(HAS_BIAS=True, HAS_C=True, HAS_PAD=True, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
-                  PRECISION="ieee", ACC=tl.float32)
+    pointers["PAD"], pointers["SEED"] = "*i8", "*i64"
+    scalars = {"scale": "fp32", "dropout_p": "fp32", "seed": "i64"}
+    common = dict(HAS_BIAS=tables[0], HAS_C=tables[1], HAS_PAD=True, HAS_DROPOUT=dropout,
+                  D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), PRECISION=precision, ACC=tl.float32)
     in_dq = cfg["table_grads"] == "dq"
     jobs = {
         "forward": (kernel._forward_kernel, cfg["forward"], {}),
-        "dkdv": (kernel._backward_dkdv_kernel, cfg["dkdv"], dict(BIAS_GRAD=not in_dq, C_GRAD=not in_dq)),
-        "dq": (kernel._backward_dq_kernel, cfg["dq"], dict(BIAS_GRAD=in_dq, C_GRAD=in_dq)),
+        "dkdv": (kernel._backward_dkdv_kernel, cfg["dkdv"],
+                 dict(BIAS_GRAD=tables[0] and not in_dq, C_GRAD=tables[1] and not in_dq)),
+        "dq": (kernel._backward_dq_kernel, cfg["dq"], dict(BIAS_GRAD=tables[0] and in_dq, C_GRAD=tables[1] and in_dq)),
     }
     target = GPUTarget("cuda", capability, 32)
     backend = triton.compiler.make_backend(target)
     results = {}
-    for name, (fn, (block_m, block_n, warps), extra) in jobs.items():
-        constexprs = dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **extra)
-        signature = {arg: "constexpr" if arg in constexprs else pointers.get(arg, "fp32" if arg == "scale" else "i32")
+    for name, (fn, tiles, extra) in jobs.items():
+        block_m, block_n, warps, stages = (tuple(tiles) + (cfg.get("num_stages", 2),))[:4]
+        if name not in only:
+            continue
+        wanted = dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **extra)
+        if dropout and "HAS_DROPOUT" not in fn.arg_names:
+            raise ValueError("this kernel has no attention dropout")
+        constexprs = {arg: value for arg, value in wanted.items() if arg in fn.arg_names}
+        # As a launch with contiguous (B, T, H, d)-strided q, k, v, dO (fairseq's layout) specializes: the
+        # head-dim strides are 1, pointers and the other q/k/v strides divisible by 16 (vector loads).
+        constexprs.update({arg: 1 for arg in fn.arg_names if re.fullmatch(r"stride_\w+d", arg)})
+        signature = {arg: "constexpr" if arg in constexprs else pointers.get(arg, scalars.get(arg, "i32"))
                      for arg in fn.arg_names}
-        source = triton.compiler.ASTSource(fn=fn, constexprs=constexprs, signature=signature)
-        options = backend.parse_options({"num_warps": warps, "num_stages": cfg["num_stages"]})
+        aligned = [i for i, arg in enumerate(fn.arg_names) if signature[arg].startswith("*")
+                   or re.fullmatch(r"stride_(q|k|v|o|do)[bht]", arg)]
+        source = triton.compiler.ASTSource(fn=fn, constexprs=constexprs, signature=signature,
+                                           attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
+        options = backend.parse_options({"num_warps": warps, "num_stages": stages})
         compiled = triton.compile(source, target=target, options=options.__dict__)
-        results[name] = dict(tiles=(block_m, block_n, warps), shared_bytes=compiled.metadata.shared,
-                             **_ptxas_usage(compiled.asm["ptx"], capability))
+        ptx = compiled.asm["ptx"]
+        results[name] = dict(tiles=(block_m, block_n, warps, stages), shared_bytes=compiled.metadata.shared,
+                             **_ptxas_usage(ptx, capability), **ptx_instructions(ptx))
         if report:
-            print(f"sm_{capability} {dtype} d={head_dim} {name}: tiles {block_m}x{block_n}, {warps} warps; "
-                  f"{results[name]['registers']} registers, {results[name]['spill_bytes']} bytes spilled, "
-                  f"{results[name]['shared_bytes']} bytes shared memory", flush=True)
+            r = results[name]
+            print(f"sm_{capability} {dtype} d={head_dim}{' dropout' if dropout else ''} {name}: "
+                  f"tiles {block_m}x{block_n}, {warps} warps, {stages} stages; {r['registers']} registers, "
+                  f"{r['spill_bytes']} bytes spilled, {r['shared_bytes']} bytes shared; "
+                  f"wgmma {r['wgmma']}, mma.sync {r['mma_sync']}, atomics {r['atomics'] or 'none'}; per loop "
+                  "iteration: " + ", ".join(f"{x['instructions']} instructions ({x['global_loads']} global loads, "
+                                            f"{x['async_copies']} async copies, "
+                                            f"{x['shared_loads']}/{x['shared_stores']} shared loads/stores)"
+                                            for x in r["loops"]), flush=True)
     return results
+
+
+def ptx_instructions(ptx: str):
+    """Counts of chosen instructions in the PTX text: in the whole kernel (static: in the code, not
+    executed), and per loop (``loops``: one entry per loop over tiles, the instructions of one iteration)."""
+    counts = _count_instructions(ptx)
+    lines = ptx.splitlines()
+    labels = {line.split(":")[0]: i for i, line in enumerate(lines) if re.match(r"\$L__BB\d+_\d+:", line)}
+    loops = []
+    for i, line in enumerate(lines):  # a loop: a branch back to a label above it
+        target = re.search(r"\bbra(?:\.uni)?\s+(\$L__BB\d+_\d+);", line)
+        if target and labels.get(target.group(1), i) < i:
+            body = lines[labels[target.group(1)]:i + 1]
+            loop = _count_instructions("\n".join(body))
+            loop["instructions"] = sum(1 for x in body if x.strip() and not x.strip().startswith(("$", "//", "{", "}")))
+            loops.append(loop)
+    return dict(counts, loops=loops)
+
+
+def _count_instructions(ptx: str):
+    atomics = {}
+    for op in re.findall(r"(?<![\w.])((?:atom|red)\.global[\w.]*)", ptx):
+        atomics[op] = atomics.get(op, 0) + 1
+    return dict(
+        wgmma=len(re.findall(r"\bwgmma\.mma_async", ptx)),
+        mma_sync=len(re.findall(r"\bmma\.sync", ptx)),
+        global_loads=len(re.findall(r"\bld\.global", ptx)),
+        async_copies=len(re.findall(r"\bcp\.async\.(?:ca|cg)", ptx)),  # global -> shared, e.g. pipelined loads
+        shared_loads=len(re.findall(r"\bld\.shared", ptx)) + len(re.findall(r"\bldmatrix", ptx)),
+        shared_stores=len(re.findall(r"\bst\.shared", ptx)) + len(re.findall(r"\bstmatrix", ptx)),
+        atomics=atomics,
+    )
 
 
 def _ptxas_usage(ptx: str, capability: int):
@@ -165,13 +239,17 @@ def check_and_time(args):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--compile-check", action="store_true", help="compile for sm_90 and sm_80; no GPU needed")
+    parser.add_argument("--compile-check", action="store_true",
+                        help="compile for sm_90 and sm_80 (COMPILE_CONFIGS, or --dtype/--head-dim if given); no GPU needed")
+    parser.add_argument("--kernel-file", default=None,
+                        help="compile this copy of fused_urpe_attention.py instead (e.g. an older commit's)")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--length", type=int, default=2048)
-    parser.add_argument("--head-dim", type=int, default=64)
-    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    parser.add_argument("--blocks", default=None, help="JSON overriding the kernel's GPU_BLOCKS")
+    parser.add_argument("--head-dim", type=int, default=None, help="default 64 (timing); all of COMPILE_CONFIGS (compile)")
+    parser.add_argument("--dtype", default=None, choices=["bfloat16", "float16", "float32"],
+                        help="default bfloat16 (timing); all of COMPILE_CONFIGS (compile)")
+    parser.add_argument("--blocks", default=None, help="JSON overriding the kernel's tiles, e.g. '{\"dq\": [64, 32, 4, 2]}'")
     parser.add_argument("--json", default="benchmarks/results/fused_kernel.json")
     args = parser.parse_args(argv)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -181,11 +259,23 @@ def main(argv=None):
     print_machine(info)
     if args.compile_check:
         blocks = json.loads(args.blocks) if args.blocks else None
-        short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[args.dtype]
-        results = {f"sm_{cap}": compile_kernels(cap, short, args.head_dim, blocks) for cap in (90, 80)}
+        kernel = load("fused_urpe_attention", args.kernel_file)
+        configs = COMPILE_CONFIGS
+        if args.dtype or args.head_dim:
+            short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-tf32", None: "bf16"}[args.dtype]
+            configs = [(cap, short, args.head_dim or 64, False) for cap in (90, 80)]
+        results = {}
+        for cap, dtype, head_dim, dropout in configs:
+            name = f"sm_{cap} {dtype} d{head_dim}{' dropout' if dropout else ''}"
+            try:
+                results[name] = compile_kernels(cap, dtype, head_dim, blocks, dropout=dropout, kernel=kernel)
+            except Exception as error:  # e.g. a kernel without dropout; the others still compile
+                results[name] = f"not compiled: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
+                print(f"{name}: {results[name]}", flush=True)
     elif not torch.cuda.is_available():
         sys.exit("no CUDA device: the kernel's speed cannot be measured here (--compile-check works without one)")
     else:
+        args.dtype, args.head_dim = args.dtype or "bfloat16", args.head_dim or 64
         results = check_and_time(args)
     write_json(args.json, {"benchmark": "fused_kernel", "command": command_line(__file__, argv), "machine": info,
                            "settings": {k: v for k, v in vars(args).items() if k != "json"}, "results": results})

@@ -1,7 +1,9 @@
 """Plain PyTorch reference of the fused kernel's math, with the ``T x T`` matrices written out.
 
     S = scale Q K^T + B (+ padded keys at the dtype's lowest value, future keys at -inf)
-    O = (softmax(S) ⊙ C) V          B_ij = bias_by_distance[h, i - j],  C_ij = c_by_distance[h, i - j]
+    O = (softmax(S) ⊙ C ⊙ Z) V      B_ij = bias_by_distance[h, i - j],  C_ij = c_by_distance[h, i - j]
+
+``Z`` is a given attention-dropout mask (0 where dropped, ``1 / (1 - p)`` where kept), or 1.
 
 The same rules as the dense attention module: scores, softmax and ``C`` in at least float32, the
 probabilities cast to ``v``'s dtype for the product with ``V``. Imports only torch.
@@ -21,8 +23,10 @@ def causal_urpe_attention_reference(
     c_by_distance: Optional[torch.Tensor] = None,
     key_padding_mask: Optional[torch.Tensor] = None,
     scale: Optional[float] = None,
+    dropout_mask: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
-    """``(B, H, T, d)`` causal attention with a bias and a Toeplitz reweighting by distance (see module doc)."""
+    """``(B, H, T, d)`` causal attention with a bias and a Toeplitz reweighting by distance (see module doc);
+    ``dropout_mask``: ``Z``, ``(B, H, T, T)``."""
     length, head_dim = q.size(2), q.size(3)
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     dtype = torch.promote_types(q.dtype, torch.float32)
@@ -38,4 +42,6 @@ def causal_urpe_attention_reference(
     weights = torch.softmax(scores, dim=-1)
     if c_by_distance is not None:
         weights = weights * c_by_distance.to(dtype)[:, index]
+    if dropout_mask is not None:
+        weights = weights * dropout_mask.to(dtype)
     return torch.matmul(weights.to(v.dtype), v)  # (B, H, T, d)

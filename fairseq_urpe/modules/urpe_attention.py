@@ -146,10 +146,12 @@ class RelativeMultiheadAttention(MultiheadAttention):
             self._set_input_buffer(incremental_state, saved)
 
         dropout_active = self.dropout_module.p > 0 and (self.training or self.dropout_module.apply_during_inference)
+        dropout_p = self.dropout_module.p if dropout_active else 0.0
         if use_fused_attention(self.attention_impl, v, attn_mask, incremental_state is not None, need_weights,
-                               dropout_active, self.dot_product):
+                               dropout_p, self.dot_product, padding=key_padding_mask is not None,
+                               tables=(tables.bias is not None, tables.reweight is not None)):
             out = fused_relative_attention(q, k, v, tables.causal(tables.bias), tables.causal(tables.reweight),
-                                           key_padding_mask)  # (B, H, T, d)
+                                           key_padding_mask, dropout_p=dropout_p)  # (B, H, T, d)
             return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None
 
         in_place = self.dot_product  # only then is `scores` a fresh (B, H, T, S) tensor of our own

@@ -20,7 +20,7 @@ def q_like(device="cpu", dtype=torch.float32, length=6, head_dim=16):
     return torch.zeros(2, 3, length, head_dim, dtype=dtype, device=device)
 
 
-def decide(impl, q=None, attn_mask="causal", incremental=False, need_weights=False, dropout=False, dot_product=True):
+def decide(impl, q=None, attn_mask="causal", incremental=False, need_weights=False, dropout=0.0, dot_product=True):
     q = q_like() if q is None else q
     mask = causal_mask(q.size(2), torch.float32) if attn_mask == "causal" else attn_mask
     return use_fused_attention(impl, q, mask, incremental, need_weights, dropout, dot_product)
@@ -39,7 +39,7 @@ def test_fused_is_chosen_only_for_full_causal_calls_without_weights():
 @pytest.mark.parametrize(
     "kwargs,reason",
     [
-        (dict(dropout=True), "attention dropout"),
+        (dict(dropout=1.0), "attention dropout 1.0 is not in"),
         (dict(dot_product=False), "dot-product-free"),
         (dict(q=q_like(head_dim=160)), "head dim 160"),
     ],

@@ -131,3 +131,8 @@ def test_refuses_inputs_it_cannot_compute():
     with pytest.raises(ValueError, match="head dim 256"):
         big = torch.randn(1, 1, 4, 256)
         fused_causal_urpe_attention(big, big, big)
+    with pytest.raises(ValueError, match="dropout_p must be in"):
+        fused_causal_urpe_attention(q, q, q, dropout_p=1.0)
+    with pytest.raises(ValueError, match="attention dropout in the kernel supports T <= 131064"):
+        long = torch.zeros(1, 1, 1, 16).expand(1, 1, 131065, 16)
+        fused_causal_urpe_attention(long, long, long, dropout_p=0.1)

@@ -1,7 +1,6 @@
 """RoPE against a complex-number reference in float64: the rotation, the attention with and without
 URPE's C, incremental decoding, and the property that makes it relative."""
 
-import os
 
 import pytest
 import torch
@@ -72,25 +71,3 @@ def test_odd_head_dims_and_dot_product_free_attention_are_refused():
         RotaryEmbedding(3)
     with pytest.raises(ValueError, match="needs the dot product"):
         RelativeMultiheadAttention(EMBED, HEADS, rotary=RotaryEmbedding(6), dot_product=False)
-
-
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the fused kernel runs on CPU under Triton's "
-                    "interpreter, which tests/kernels/conftest.py turns on for the whole suite")
-def test_fused_kernel_takes_the_rotated_queries_and_keys(monkeypatch):
-    pytest.importorskip("triton")
-    from fairseq_urpe.kernels import dispatch
-
-    calls = []
-    monkeypatch.setattr("fairseq_urpe.modules.urpe_attention.fused_relative_attention",
-                        lambda *args: calls.append(1) or dispatch.fused_relative_attention(*args))
-    fused, dense = make_attention(urpe=True, seed=9), make_attention(urpe=True, seed=9)
-    fused.attention_impl, dense.attention_impl = "fused", "dense"
-    x = torch.randn(13, 2, EMBED, dtype=torch.float64, requires_grad=True)
-    results = []
-    for attn in (fused, dense):
-        out = attn(x, x, x, attn_mask=causal_mask(13), need_weights=False)[0]
-        results.append((out, torch.autograd.grad(out.sum(), [x] + list(attn.parameters()))))
-    assert len(calls) == 1
-    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-10, atol=1e-10)
-    for got, want in zip(results[0][1], results[1][1]):
-        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)

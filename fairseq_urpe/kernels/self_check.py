@@ -1,0 +1,126 @@
+"""The fused kernel checks itself on first use: a small forward+backward against the plain reference.
+
+One check per configuration the kernel is compiled for (:class:`KernelConfig`: device, dtype, head dim,
+which tables, padding, dropout), on inputs of that configuration: ``B = 2, H = 2`` and a length that
+spans several tiles and is a multiple of none; the output and every gradient (q, k, v, both tables)
+against :func:`~fairseq_urpe.kernels.reference.causal_urpe_attention_reference` computed in at least
+float32 from the same inputs (and, with dropout, the kernel's own mask). Error: ``max |fused - ref| /
+max |ref|`` per tensor (:func:`relative_error`); the report names every tensor over the tolerance and the
+largest error. Milliseconds on a GPU; it does not touch torch's random generators.
+
+Imports only torch (triton through the kernel module, on the first check).
+"""
+
+import math
+from typing import NamedTuple, Optional
+
+import torch
+
+# Largest accepted error per dtype ("tf32": float32 with TF32 products). Half precision rounds P to 8 (11)
+# significant bits before P V; a kernel that is wrong (a miscompile, a tile or table read out of place)
+# is off by O(1).
+TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, "tf32": 1e-2, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+CHECK_DROPOUT = 0.1
+
+
+class KernelConfig(NamedTuple):
+    """What selects a compiled variant of the kernels."""
+
+    device: str
+    dtype: torch.dtype
+    head_dim: int
+    bias: bool
+    toeplitz: bool
+    padding: bool
+    dropout: bool
+
+    def describe(self) -> str:
+        tables = " + ".join(name for name, on in (("bias", self.bias), ("Toeplitz C", self.toeplitz)) if on) or "no tables"
+        extras = "".join([", padding" if self.padding else "", ", attention dropout" if self.dropout else ""])
+        return f"{self.device}, {str(self.dtype).replace('torch.', '')}, head dim {self.head_dim}, {tables}{extras}"
+
+
+def check_length(device: torch.device) -> int:
+    """Two tiles of the largest kind and part of a third on a GPU; past one tile under the interpreter."""
+    return 32 + 13 if device.type == "cpu" else 2 * 128 + 45
+
+
+def tolerance(config: KernelConfig) -> float:
+    """The largest accepted error in ``config`` (float32 on a GPU: TF32 where torch allows it now)."""
+    if config.dtype == torch.float32 and config.device.startswith("cuda") and torch.backends.cuda.matmul.allow_tf32:
+        return TOLERANCE["tf32"]
+    return TOLERANCE[config.dtype]
+
+
+def kernel_error(config: KernelConfig) -> Optional[str]:
+    """``None`` where the kernel matches the reference in this configuration; else what went wrong
+    (the tensors over the tolerance and the largest error, or the exception the kernel raised)."""
+    try:
+        errors = kernel_errors(config)
+    except Exception as error:  # compile error, out of resources, grid limits, ...
+        return f"the kernel raised {type(error).__name__}: {' '.join(str(error).split())[:300]}"
+    accepted = tolerance(config)
+    wrong = [name for name, err in errors.items() if not err <= accepted]  # NaN is wrong
+    if not wrong:
+        return None
+    worst = max(wrong, key=lambda name: errors[name] if errors[name] == errors[name] else float("inf"))
+    return (f"{', '.join(wrong)} differ{'s' if len(wrong) == 1 else ''} from the reference: max error / max value "
+            f"= {errors[worst]:.3g} in the {worst.replace('gradient of the ', 'gradient of ')} (accepted: {accepted:g})")
+
+
+def kernel_errors(config: KernelConfig, length: Optional[int] = None, batch: int = 2, heads: int = 2):
+    """``{tensor: max |fused - ref| / max |ref|}`` for the output and every gradient, on the check's
+    inputs (``length`` default :func:`check_length`); exceptions of the kernel propagate."""
+    # Whatever the caller runs under (no_grad, inference_mode, autocast), the check needs plain autograd.
+    with torch.inference_mode(False), torch.enable_grad():
+        return _kernel_errors(config, length, batch, heads)
+
+
+def _kernel_errors(config: KernelConfig, length: Optional[int], batch: int, heads: int):
+    from . import fused_urpe_attention as kernel  # imports triton
+    from .reference import causal_urpe_attention_reference
+
+    device = torch.device(config.device)
+    length = check_length(device) if length is None else length
+    cpu = torch.Generator().manual_seed(20240521)  # private: the caller's random streams stay as they were
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=cpu, dtype=torch.float64)
+
+    q, k, v = (randn(batch, heads, length, config.head_dim).to(device, config.dtype).requires_grad_() for _ in range(3))
+    wide = torch.promote_types(config.dtype, torch.float32)  # the tables' and the reference's dtype
+    bias = randn(heads, length).to(device, wide).requires_grad_() if config.bias else None
+    c = (randn(heads, length).abs() + 0.5).to(device, wide).requires_grad_() if config.toeplitz else None
+    pad = None
+    if config.padding:
+        pad = torch.zeros(batch, length, dtype=torch.bool)
+        pad[0, length - min(7, length - 1):] = True  # right padding
+        pad[-1, :min(3, length)] = True  # left padding: the first queries see only pads
+        pad = pad.to(device)
+    upstream = randn(batch, heads, length, config.head_dim).to(device, config.dtype)
+    scale = 1.0 / math.sqrt(config.head_dim)
+    leaves = [("q", q), ("k", k), ("v", v), ("bias table", bias), ("Toeplitz table", c)]
+    leaves = [(name, x) for name, x in leaves if x is not None]
+    with torch.enable_grad(), torch.autocast(device.type, enabled=False):
+        seed, mask = None, None
+        if config.dropout:
+            seed = torch.tensor([20240521], dtype=torch.int64, device=device)
+            mask = kernel.attention_dropout_mask(seed, batch, heads, length, CHECK_DROPOUT)
+        out = kernel.fused_causal_urpe_attention(q, k, v, bias, c, pad, scale, CHECK_DROPOUT if config.dropout else 0.0,
+                                                 seed)
+        got = (out,) + torch.autograd.grad(out, [x for _, x in leaves], upstream)
+        ref_leaves = [x.detach().to(wide).requires_grad_() for _, x in leaves]
+        named = dict(zip([name for name, _ in leaves], ref_leaves))
+        want = causal_urpe_attention_reference(
+            named["q"], named["k"], named["v"], named.get("bias table"), named.get("Toeplitz table"), pad, scale, mask)
+        expected = (want,) + torch.autograd.grad(want, ref_leaves, upstream.to(wide))
+    names = ["output"] + [f"gradient of the {name}" for name, _ in leaves]
+    return {name: relative_error(a, b) for name, a, b in zip(names, got, expected)}
+
+
+def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    """``max |got - want| / max |want|``, the denominator at least 1: the inputs and the upstream gradient
+    are standard normal, so what is compared is of order 1 or more, except a gradient that is 0 in exact
+    arithmetic (q's with a single visible key), which comes out at rounding level."""
+    want = want.float() if want.dtype not in (torch.float32, torch.float64) else want
+    return ((got.to(want.dtype) - want).abs().max() / want.abs().max().clamp(min=1.0)).item()

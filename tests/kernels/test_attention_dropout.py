@@ -1,0 +1,97 @@
+"""Attention dropout inside the kernel (Philox, regenerated in backward) under Triton's interpreter.
+
+The kernel's mask for a seed is written out by ``attention_dropout_mask``; with it, the fused kernel must
+equal the reference and the attention module's dense path fed that same mask, forward and every
+gradient, and the mask must keep 1 - p of the entries, independently of each other.
+"""
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from fairseq_urpe.kernels import fused_urpe_attention as kernel  # noqa: E402
+from fairseq_urpe.kernels.fused_urpe_attention import attention_dropout_mask, fused_causal_urpe_attention  # noqa: E402
+from fairseq_urpe.kernels.reference import causal_urpe_attention_reference  # noqa: E402
+from tests.kernels.test_fused_urpe_attention import make_inputs  # noqa: E402
+from tests.modules.test_urpe_attention import EMBED, HEADS, make_attention  # noqa: E402
+from tests.reference import causal_mask  # noqa: E402
+
+
+def test_fused_dropout_equals_the_reference_fed_the_kernels_mask_forward_and_backward():
+    q, k, v, bias, c, pad = make_inputs(2, 3, 37, 16, torch.float64, padding="left", seed=6)
+    seed = torch.tensor([987654321987], dtype=torch.int64)
+    mask = attention_dropout_mask(seed, 2, 3, 37, 0.3)  # (B, H, T, T): 0 or 1 / 0.7
+    values = mask.unique()
+    assert len(values) == 2 and values[0] == 0 and values[1].item() == pytest.approx(1 / 0.7)
+    out = fused_causal_urpe_attention(q, k, v, bias, c, pad, 0.25, dropout_p=0.3, dropout_seed=seed)
+    want = causal_urpe_attention_reference(q, k, v, bias, c, pad, 0.25, dropout_mask=mask)
+    torch.testing.assert_close(out, want, rtol=1e-10, atol=1e-11)
+    leaves = {"q": q, "k": k, "v": v, "bias table": bias, "Toeplitz table": c}
+    upstream = torch.randn_like(out)
+    got = torch.autograd.grad(out, list(leaves.values()), upstream)
+    expected = torch.autograd.grad(want, list(leaves.values()), upstream)
+    for name, g, e in zip(leaves, got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-11, msg=lambda m: f"gradient of the {name}: {m}")
+    # Without the mask the outputs differ: dropout really acted.
+    assert not torch.allclose(out, causal_urpe_attention_reference(q, k, v, bias, c, pad, 0.25))
+
+
+def test_dropout_mask_keeps_one_minus_p_independently_and_follows_the_seed():
+    p, batch, heads, length = 0.2, 2, 3, 160
+    mask = attention_dropout_mask(torch.tensor([5]), batch, heads, length, p) > 0  # (B, H, T, T) kept
+    n = mask.numel()
+    tolerance = 5 * (p * (1 - p) / n) ** 0.5  # five standard deviations
+    assert abs(mask.double().mean().item() - (1 - p)) < tolerance
+    # Neighbouring keys (which share a Philox call) and neighbouring queries are uncorrelated.
+    x = mask.double() - mask.double().mean()
+    for a, b in ((x[..., :-1], x[..., 1:]), (x[..., :-1, :], x[..., 1:, :])):
+        corr = (a * b).mean() / (a.std() * b.std())
+        assert abs(corr.item()) < 5 / a.numel() ** 0.5
+    # Each head and sequence has its own mask; another seed gives another one, the same seed the same.
+    flat = mask.reshape(batch * heads, -1)
+    assert all(not torch.equal(flat[i], flat[j]) for i in range(len(flat)) for j in range(i))
+    small = attention_dropout_mask(torch.tensor([5]), 1, 1, 40, p)
+    assert torch.equal(small, attention_dropout_mask(torch.tensor([5]), 1, 1, 40, p))
+    assert not torch.equal(small, attention_dropout_mask(torch.tensor([6]), 1, 1, 40, p))
+
+
+def test_seed_comes_from_torchs_generator():
+    q, k, v, bias, c, _ = make_inputs(1, 2, 20, 16, torch.float64, seed=7)
+    outs = []
+    for manual_seed in (11, 11, 12):
+        torch.manual_seed(manual_seed)
+        outs.append(fused_causal_urpe_attention(q, k, v, bias, c, dropout_p=0.5).detach())
+    assert torch.equal(outs[0], outs[1]) and not torch.equal(outs[0], outs[2])
+
+
+def test_attention_module_fused_dropout_equals_its_dense_path_fed_the_same_mask(monkeypatch):
+    """The module in training: the fused path with the kernel's mask equals the dense path (fairseq's
+    dropout module) when torch's dropout draws exactly that mask."""
+    length, batch, drop = 21, 2, 0.25
+    seed = torch.tensor([424242], dtype=torch.int64)
+    mask = attention_dropout_mask(seed, batch, HEADS, length, drop)
+    monkeypatch.setattr(kernel, "new_dropout_seed", lambda device: seed.to(device))
+
+    def dropout_with_the_kernels_mask(x, p=0.5, training=True, inplace=False):
+        assert training and p == drop and x.shape == mask.shape
+        return x * mask.to(x.dtype)
+
+    x = torch.randn(length, batch, EMBED, dtype=torch.float64, requires_grad=True)
+    padding = torch.zeros(batch, length, dtype=torch.bool)
+    padding[1, :2] = True
+    upstream = torch.randn(length, batch, EMBED, dtype=torch.float64)
+    results = []
+    for impl in ("fused", "dense"):
+        attn = make_attention("urpe_unique", seed=3, dropout=drop)
+        attn.attention_impl = impl
+        attn.train()
+        with monkeypatch.context() as patch:
+            if impl == "dense":
+                patch.setattr(torch.nn.functional, "dropout", dropout_with_the_kernels_mask)
+            out = attn(x, x, x, key_padding_mask=padding, attn_mask=causal_mask(length), need_weights=False)[0]
+        results.append((out, torch.autograd.grad(out, [x] + list(attn.parameters()), upstream)))
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-10, atol=1e-10)
+    names = ["x"] + [n for n, _ in attn.named_parameters()]
+    for name, got, want in zip(names, results[0][1], results[1][1]):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10, msg=lambda m: f"gradient of {name}: {m}")

@@ -1,0 +1,132 @@
+"""The kernel's self-check on first use, and what ``auto`` and ``fused`` do when it fails.
+
+Failures are injected into the real kernel (under Triton's interpreter): a wrong output, a wrong
+gradient, an exception at launch. ``auto`` must log one warning with the measured error and use the
+dense path from then on; ``fused`` must raise naming the flag.
+"""
+
+import logging
+import re
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from fairseq_urpe.kernels import dispatch  # noqa: E402
+from fairseq_urpe.kernels import fused_urpe_attention as kernel  # noqa: E402
+from fairseq_urpe.kernels.self_check import KernelConfig, kernel_error  # noqa: E402
+from tests.modules.test_urpe_attention import EMBED, make_attention  # noqa: E402
+from tests.reference import causal_mask  # noqa: E402
+
+CONFIG = KernelConfig("cpu", torch.float64, 16, bias=True, toeplitz=True, padding=True, dropout=True)
+
+
+@pytest.fixture
+def checks(monkeypatch):
+    """A fresh record of self-checks for the test, and the number of checks run."""
+    monkeypatch.setattr(dispatch, "_SELF_CHECKS", {})
+    runs = []
+
+    def counted(config):
+        runs.append(config)
+        return kernel_error(config)
+
+    monkeypatch.setattr(dispatch, "kernel_error", counted)
+    return runs
+
+
+def inject(monkeypatch, fault):
+    """Make the real kernel wrong in one way."""
+    forward, backward = kernel.launch_forward, kernel.launch_backward
+    if fault == "output":
+        def launch_forward(*args, **kwargs):
+            forward(*args, **kwargs)
+            args[6].mul_(1.001)  # out, 0.1% off
+        monkeypatch.setattr(kernel, "launch_forward", launch_forward)
+    elif fault == "gradient":
+        def launch_backward(*args, **kwargs):
+            backward(*args, **kwargs)
+            args[10].mul_(1.01)  # dq
+        monkeypatch.setattr(kernel, "launch_backward", launch_backward)
+    else:
+        def launch_forward(*args, **kwargs):
+            raise RuntimeError("out of resource: shared memory, Required: 262144, Hardware limit: 232448")
+        monkeypatch.setattr(kernel, "launch_forward", launch_forward)
+
+
+def test_the_real_kernel_passes_once_per_configuration_and_leaves_the_random_state_alone(checks):
+    state = torch.random.get_rng_state()
+    assert dispatch.self_check_passed("fused", CONFIG) and dispatch.self_check_passed("auto", CONFIG)
+    assert checks == [CONFIG]  # checked once, remembered
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
+@pytest.mark.parametrize("fault,message", [
+    # A wrong output also makes the gradients wrong (D_i = dO_i . O_i).
+    ("output", r"output, gradient of the q, .* differ from the reference: max error / max value = \d"),
+    ("gradient", r": gradient of the q differs from the reference: max error / max value = 0\.01 in the gradient of q"),
+    ("exception", r"the kernel raised RuntimeError: out of resource: shared memory"),
+])
+def test_auto_falls_back_with_one_warning_and_fused_raises_naming_the_flag(fault, message, checks, monkeypatch, caplog):
+    inject(monkeypatch, fault)
+    with caplog.at_level(logging.WARNING, logger=dispatch.__name__):
+        assert not dispatch.self_check_passed("auto", CONFIG)
+        assert not dispatch.self_check_passed("auto", CONFIG)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "fused attention failed its self-check on cpu, float64, head dim 16, bias + Toeplitz C" in warnings[0]
+    assert re.search(message, warnings[0]), warnings[0]
+    assert "dense attention for the rest of the process" in warnings[0]
+    with pytest.raises(RuntimeError, match=f"--urpe-attention-impl fused: the fused kernel failed its self-check.*{message}"):
+        dispatch.self_check_passed("fused", CONFIG)
+    assert checks == [CONFIG]
+
+
+def test_auto_attention_module_runs_dense_after_a_failed_self_check(checks, monkeypatch, caplog):
+    """The wiring: a module in auto where the kernel could run (pretended on CPU) checks it, and after a
+    failure computes with the dense path, which gives the dense module's result."""
+    monkeypatch.setattr(dispatch, "_why_not_fused", lambda *args, **kwargs: None)
+    calls = []
+    real = dispatch.fused_relative_attention
+    monkeypatch.setattr("fairseq_urpe.modules.urpe_attention.fused_relative_attention",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    x = torch.randn(19, 2, EMBED, dtype=torch.float64)
+    auto, dense = make_attention("urpe_unique", seed=1), make_attention("urpe_unique", seed=1)
+    dense.attention_impl = "dense"
+    want = dense(x, x, x, attn_mask=causal_mask(19), need_weights=False)[0]
+    got = auto(x, x, x, attn_mask=causal_mask(19), need_weights=False)[0]  # the check passes: fused
+    assert calls == [1] and len(checks) == 1
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+    inject(monkeypatch, "output")
+    monkeypatch.setattr(dispatch, "_SELF_CHECKS", {})
+    with caplog.at_level(logging.WARNING, logger=dispatch.__name__):
+        for _ in range(2):
+            got = auto(x, x, x, attn_mask=causal_mask(19), need_weights=False)[0]
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert calls == [1] and len(checks) == 2  # dense both times, checked once
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+
+
+def test_auto_does_not_choose_full_precision_float32():
+    """float32 without TF32 would run the kernel without tensor cores: auto keeps the dense path."""
+    x = torch.zeros(2, 3, 8, 16)
+    allowed = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        assert "float32 without TF32" in dispatch._why_not_fused(x, 0.0, True, forced=False)
+        assert "float32" not in (dispatch._why_not_fused(x, 0.0, True, forced=True) or "")  # fused: the user's choice
+        torch.backends.cuda.matmul.allow_tf32 = True
+        assert "tensors are on cpu" in dispatch._why_not_fused(x, 0.0, True, forced=False)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allowed
+
+
+def test_the_check_runs_under_inference_mode_and_no_grad(checks):
+    """The first call may come from evaluation (fairseq-eval-lm under no_grad, or inference_mode)."""
+    config = CONFIG._replace(dropout=False, padding=False)
+    with torch.inference_mode():
+        assert dispatch.self_check_passed("fused", config)
+    with torch.no_grad():
+        assert kernel_error(config._replace(toeplitz=False)) is None
