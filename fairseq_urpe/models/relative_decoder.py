@@ -24,13 +24,13 @@ def build_position_bias(cfg, num_heads, bidirectional=False):
     if slopes is not None and kind not in ("alibi", "log"):
         raise ValueError(f"--rpe-slopes applies to --rpe-kind alibi or log; --rpe-kind {kind} has no slopes")
     if kind == "t5":
-        return T5RelativeBias(num_heads, cfg.rpe_num_buckets, cfg.rpe_max_distance, bidirectional)
+        return T5RelativeBias(num_heads, cfg.rpe_num_buckets, cfg.rpe_max_distance, bidirectional, str(cfg.rpe_init))
     if kind == "alibi":
         return ALiBiBias(num_heads, learnable=str(slopes) == "learned")
     if kind == "log":
         return LogBias(num_heads, learnable=str(slopes or "learned") == "learned")
     if kind == "learned":
-        return LearnedDistanceBias(num_heads, cfg.rpe_max_distance, bidirectional)
+        return LearnedDistanceBias(num_heads, cfg.rpe_max_distance, bidirectional, str(cfg.rpe_init))
     if kind == "none":
         return None
     raise ValueError(f"--rpe-kind must be one of {', '.join(POSITION_KINDS)}; got {kind!r}")

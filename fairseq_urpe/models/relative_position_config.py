@@ -9,6 +9,7 @@ from fairseq.models.transformer import TransformerConfig
 POSITION_KINDS = ("t5", "alibi", "log", "learned", "none")
 KIND_CHOICES = ChoiceEnum(list(POSITION_KINDS))
 SLOPE_CHOICES = ChoiceEnum(["fixed", "learned"])
+INIT_CHOICES = ChoiceEnum(["alibi", "zero"])
 TOEPLITZ_CHOICES = ChoiceEnum(["none", "bucketed", "unique"])
 BEYOND_MAX_CHOICES = ChoiceEnum(["clamp", "error"])
 ATTENTION_IMPL_CHOICES = ChoiceEnum(["auto", "dense", "fused"])
@@ -26,6 +27,13 @@ class RelativePositionConfig(FairseqDataclass):
     rpe_slopes: Optional[SLOPE_CHOICES] = field(
         default=None,
         metadata={"help": "slopes m of 'alibi' or 'log': 'fixed' or 'learned' (default: fixed for alibi, learned for log)"},
+    )
+    rpe_init: INIT_CHOICES = field(
+        default="alibi",
+        metadata={
+            "help": "start of a learned bias b ('t5', 'learned'): 'alibi' (ALiBi's line -m_h|k|, at each bucket's "
+            "nearest distance; a language model learns faster from it) or 'zero' (flat, as T5)"
+        },
     )
     dot_product_free: bool = field(
         default=False,

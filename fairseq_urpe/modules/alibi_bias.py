@@ -27,6 +27,13 @@ def alibi_slopes(num_heads: int) -> List[float]:
     return slopes + power_of_two_schedule(2 * closest)[0::2][: num_heads - closest]
 
 
+def alibi_start(num_heads: int, index: torch.Tensor, distance: torch.Tensor, size: int) -> torch.Tensor:
+    """ALiBi's line as the start of a learned table: entry ``e`` of head ``h`` is ``-m_h`` times the nearest
+    ``|d|`` among the ``distance`` values whose table ``index`` is ``e``. Returns ``(H, size)``."""
+    nearest = torch.full((size,), float(distance.abs().max())).scatter_reduce(0, index, distance.abs().float(), "amin")
+    return -torch.tensor(alibi_slopes(num_heads))[:, None] * nearest
+
+
 class ALiBiBias(RelativePositionFunction):
     """``b_h(i - j) = -m_h |i - j|``, defined at every length (future keys, if causal, are masked anyway).
 
