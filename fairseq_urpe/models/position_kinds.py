@@ -30,6 +30,7 @@ class KindOptions:
     num_buckets: int
     max_distance: int
     learnable_slopes: bool
+    bias_start: str = "zero"
 
 
 @dataclass(frozen=True)
@@ -63,13 +64,13 @@ class PositionKind:
 
 
 POSITION_KINDS: Dict[str, PositionKind] = {
-    "t5": PositionKind(T5RelativeBias, lambda o: (o.num_heads, o.num_buckets, o.max_distance, o.bidirectional),
+    "t5": PositionKind(T5RelativeBias, lambda o: (o.num_heads, o.num_buckets, o.max_distance, o.bidirectional, o.bias_start),
                        "learned scalar per head and log-spaced distance bucket (T5)", arch="rpe"),
     "alibi": PositionKind(ALiBiBias, lambda o: (o.num_heads, o.learnable_slopes),
                           "-m|k| with ALiBi's geometric slopes", slopes="fixed"),
     "log": PositionKind(LogBias, lambda o: (o.num_heads, o.learnable_slopes),
                         "-m log(1+|k|), Wang & E's log-RPE", slopes="learned"),
-    "learned": PositionKind(LearnedDistanceBias, lambda o: (o.num_heads, o.max_distance, o.bidirectional),
+    "learned": PositionKind(LearnedDistanceBias, lambda o: (o.num_heads, o.max_distance, o.bidirectional, o.bias_start),
                             "learned scalar per head and distance up to --rpe-max-distance (Shaw et al.)"),
     "rope": PositionKind(RotaryEmbedding, lambda o: (o.head_dim,), "q and k rotated by their positions (RoPE, Su et al.)",
                          acts_on=QUERIES_KEYS, dot_product_free=False),

@@ -23,7 +23,7 @@ from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from fairseq.utils import get_available_activation_fns, safe_getattr
 
 from ..modules import LearnedDistanceBias, RelativeMultiheadAttention
-from .relative_position_config import RelativePositionConfig, RelativeTransformerConfig
+from .relative_position_config import INIT_CHOICES, RelativePositionConfig, RelativeTransformerConfig
 from .shared_positions import SharedPositionsMixin, relative_self_attention
 
 
@@ -31,6 +31,9 @@ from .shared_positions import SharedPositionsMixin, relative_self_attention
 class RelativeEncoderConfig(RelativePositionConfig):
     """Encoder sizes (defaults: RoBERTa-base width, 3 layers, as in the URPE paper's synthetic tasks)."""
 
+    rpe_init: INIT_CHOICES = field(  # the synthetic tasks' encoder keeps T5's flat start
+        default="zero", metadata={"help": "start of a learned bias b: 'zero' (flat, as T5) or 'alibi' (ALiBi's line)"}
+    )
     encoder_layers: int = field(default=3, metadata={"help": "number of encoder layers"})
     encoder_embed_dim: int = field(default=768, metadata={"help": "width"})
     encoder_ffn_embed_dim: int = field(default=3072, metadata={"help": "FFN width"})

@@ -10,6 +10,7 @@ from .position_kinds import POSITION_KINDS, kinds_with_slopes
 
 KIND_CHOICES = ChoiceEnum(list(POSITION_KINDS))
 SLOPE_CHOICES = ChoiceEnum(["fixed", "learned"])
+INIT_CHOICES = ChoiceEnum(["alibi", "zero"])
 TOEPLITZ_CHOICES = ChoiceEnum(["none", "bucketed", "unique"])
 BEYOND_MAX_CHOICES = ChoiceEnum(["clamp", "error"])
 ATTENTION_IMPL_CHOICES = ChoiceEnum(["auto", "dense", "fused"])
@@ -29,6 +30,13 @@ class RelativePositionConfig(FairseqDataclass):
         metadata={
             "help": f"slopes m of {' or '.join(repr(k) for k in kinds_with_slopes())}: 'fixed' or 'learned' (default: "
             + ", ".join(f"{POSITION_KINDS[k].slopes} for {k}" for k in kinds_with_slopes()) + ")"
+        },
+    )
+    rpe_init: INIT_CHOICES = field(
+        default="alibi",
+        metadata={
+            "help": "start of a learned bias b ('t5', 'learned'): 'alibi' (ALiBi's line -m_h|k|, at each bucket's "
+            "nearest distance; a language model learns faster from it) or 'zero' (flat, as T5)"
         },
     )
     dot_product_free: bool = field(

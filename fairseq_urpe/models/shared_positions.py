@@ -38,7 +38,7 @@ def build_position_modules(cfg, num_heads: int, embed_dim: int, bidirectional: b
         raise ValueError(f"--rpe-kind {name} acts on q and k, which --dot-product-free removes; "
                          f"choose another --rpe-kind or drop --dot-product-free")
     options = KindOptions(num_heads, embed_dim // num_heads, bidirectional, cfg.rpe_num_buckets, cfg.rpe_max_distance,
-                          learnable_slopes=str(slopes or kind.slopes) == "learned")
+                          learnable_slopes=str(slopes or kind.slopes) == "learned", bias_start=str(cfg.rpe_init))
     module = kind.build(options)
     slot = "rotary" if kind.acts_on == QUERIES_KEYS else "position_bias"
     return PositionModules(**{slot: module}, toeplitz=build_toeplitz(cfg, num_heads, bidirectional))

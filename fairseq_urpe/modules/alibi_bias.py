@@ -27,6 +27,11 @@ def alibi_slopes(num_heads: int) -> List[float]:
     return slopes + power_of_two_schedule(2 * closest)[0::2][: num_heads - closest]
 
 
+def alibi_line(num_heads: int, distance: torch.Tensor) -> torch.Tensor:
+    """ALiBi's bias ``-m_h |d|`` at the distances ``d`` (n,), with Press et al.'s slopes: (H, n) float32."""
+    return -torch.tensor(alibi_slopes(num_heads))[:, None] * distance.abs().float()
+
+
 class ALiBiBias(RelativePositionFunction):
     """``b_h(i - j) = -m_h |i - j|``, defined at every length (future keys, if causal, are masked anyway).
 

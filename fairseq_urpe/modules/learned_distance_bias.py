@@ -1,21 +1,22 @@
 """Learned per-distance bias ``b_h(clip(i - j))`` (the scalar form of Shaw et al., NAACL 2018)."""
 
-from torch import nn
-
 from .distance_index import ClippedIndex
-from .learned_table import LearnedTable
+from .learned_table import LearnedTable, check_bias_start, reset_bias
 
 
 class LearnedDistanceBias(LearnedTable):
     """One learned scalar per head and distance ``|i - j| <= max_distance``; farther keys reuse the entry
-    at ``max_distance`` (clipped). Starts at zero.
+    at ``max_distance`` (clipped). ``start``: ``"zero"`` or ``"alibi"`` (ALiBi's line ``-m_h |d|``, clipped
+    like the table; ``--rpe-init``, see :func:`reset_bias`).
 
     Causal tables hold distances ``0 .. max_distance`` (future keys, masked, read entry 0);
     bidirectional ones also ``-max_distance .. -1``.
     """
 
-    def __init__(self, num_heads: int, max_distance: int = 128, bidirectional: bool = False):
+    def __init__(self, num_heads: int, max_distance: int = 128, bidirectional: bool = False, start: str = "zero"):
+        check_bias_start(start)
+        self.start = start  # read by reset_parameters, which LearnedTable's __init__ calls
         super().__init__(num_heads, ClippedIndex(max_distance, bidirectional, name="--rpe-max-distance"))
 
     def reset_parameters(self) -> None:
-        nn.init.zeros_(self.weight)  # b = 0: attention starts without position information
+        reset_bias(self, self.start)

@@ -5,6 +5,7 @@ from typing import Union
 import torch
 from torch import nn
 
+from .alibi_bias import alibi_line
 from .distance_index import BucketIndex, ClippedIndex
 from .precision import at_least_float32
 from .relative_position import RelativePositionFunction
@@ -28,6 +29,13 @@ class LearnedTable(RelativePositionFunction):
     def reset_parameters(self) -> None:
         raise NotImplementedError
 
+    def nearest_distances(self) -> torch.Tensor:
+        """``(size,)``: per entry, the smallest ``|i - j|`` that reads it (float32)."""
+        reach = 2 * self.index.max_distance  # beyond every bucket boundary and clip
+        distance = torch.arange(-reach, reach + 1)
+        nearest = torch.full((self.index.size,), float(reach))
+        return nearest.scatter_reduce(0, self.index(distance), distance.abs().float(), "amin")
+
     @property
     def bidirectional(self) -> bool:
         return self.index.bidirectional
@@ -41,3 +49,21 @@ class LearnedTable(RelativePositionFunction):
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, {self.index!r}"
+
+
+BIAS_STARTS = ("alibi", "zero")
+
+
+def check_bias_start(start: str) -> None:
+    if start not in BIAS_STARTS:
+        raise ValueError(f"--rpe-init must be one of {', '.join(BIAS_STARTS)}; got {start!r}")
+
+
+def reset_bias(table: LearnedTable, start: str) -> None:
+    """``b = 0`` (``zero``: attention starts without position information, as T5) or ALiBi's line at each
+    entry's nearest distance (``alibi``: ``b_h = -m_h |d|``, so training starts from ALiBi's local attention)."""
+    with torch.no_grad():
+        if start == "zero":
+            table.weight.zero_()
+        else:
+            table.weight.copy_(alibi_line(table.num_heads, table.nearest_distances()))

@@ -13,7 +13,7 @@ from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq_urpe.models.architectures import ARCHITECTURES, variants
 from fairseq_urpe.models.position_kinds import POSITION_KINDS, SCORES
 from fairseq_urpe.models.transformer_lm_urpe import RelativeTransformerLanguageModel
-from fairseq_urpe.modules import LogBias, T5RelativeBias, ToeplitzReweighting
+from fairseq_urpe.modules import LearnedDistanceBias, LogBias, T5RelativeBias, ToeplitzReweighting
 from tests.models.checks import (
     assert_finite_normalised_distributions,
     assert_incremental_decoding_equals_full_forward,
@@ -54,6 +54,24 @@ def test_family_presets_set_position_options_and_sizes(arch, expected):
     ARCH_CONFIG_REGISTRY[arch](args)
     for key, value in expected.items():
         assert getattr(args, key) == value, key
+
+
+@pytest.mark.parametrize("arch", ["transformer_lm_rpe_tiny", "transformer_lm_urpe_learned_tiny"])
+def test_learned_bias_starts_at_alibis_line_by_default_and_flat_with_rpe_init_zero(build_lm, arch):
+    default = build_lm(arch)[0].decoder.layers[0].self_attn.position_bias
+    flat = build_lm(arch, "--rpe-init", "zero")[0].decoder.layers[0].self_attn.position_bias
+    assert not flat.weight.any()
+    kind = LearnedDistanceBias if "learned" in arch else T5RelativeBias
+    start = kind(4, *((32, 128) if kind is T5RelativeBias else (128,)), start="alibi").weight
+    assert torch.equal(default.weight, start) and (default.weight[:, 1:] < 0).all()
+
+
+def test_urpe_equals_rpe_at_step_zero_with_the_alibi_start(build_lm):
+    rpe, _ = build_lm("transformer_lm_rpe_tiny")
+    urpe, _ = build_lm("transformer_lm_urpe_tiny")  # same seed: same draws, b at the same start, C = 1
+    tokens = torch.randint(4, 40, (2, 12))
+    rpe.eval(), urpe.eval()
+    torch.testing.assert_close(urpe(tokens)[0], rpe(tokens)[0], rtol=0, atol=0)
 
 
 def test_explicit_flags_override_the_arch(build_lm):

@@ -52,6 +52,7 @@ def test_urpe_encoder_has_one_bidirectional_per_distance_bias_and_c_shared_by_al
     assert isinstance(bias, LearnedDistanceBias) and bias.bidirectional
     assert isinstance(c, ToeplitzReweighting) and c.bidirectional and c.parameterisation == "unique"
     assert c.weight.shape == (2, 2 * (LENGTH - 1) + 1) and torch.equal(c.weight, torch.ones_like(c.weight))
+    assert not bias.weight.any()  # the synthetic tasks' encoder keeps T5's flat start (--rpe-init zero)
     assert all(a.position_bias is bias and a.toeplitz is c for a in attns)
     assert model.encoder.embed_positions is None
     # Parameter order as when layer 0's attention held them (optimizer states are stored by order).

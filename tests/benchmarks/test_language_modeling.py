@@ -1,0 +1,88 @@
+"""The language-model sweep (benchmarks/language_modeling): its corpus split, its statistics, and the whole
+pipeline (corpus, fairseq-train, fairseq-eval-lm at L/2L/4L, tables, plots) in --smoke mode."""
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.language_modeling.brown_sweep import mean_std, paired_differences, parse_log, summarize
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load_make_slice():
+    spec = importlib.util.spec_from_file_location("make_slice", REPO / "data/brown/make_slice.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_full_corpus_split_is_a_partition_of_the_500_files_by_genre_spanning_index():
+    rules = load_make_slice().SPLITS["full"]
+    chosen = {split: [i for i in range(500) if rule(i)] for split, rule in rules.items()}
+    assert sorted(sum(chosen.values(), [])) == list(range(500))  # every file in exactly one split
+    assert {split: len(files) for split, files in chosen.items()} == {"train": 462, "valid": 13, "test": 25}
+    assert chosen["valid"] == [i for i in range(500) if load_make_slice().SPLITS["demo"]["valid"](i)]  # same as the demo's
+
+
+def test_mean_and_sample_std_and_pairing_by_seed():
+    runs = [
+        {"config": "t5", "seed": 1, "test_ppl": {"1": 100.0, "2": 110.0}, "curves": {"valid": [(50, 300.0), (100, 200.0)]},
+         "train_seconds": 10},
+        {"config": "t5", "seed": 2, "test_ppl": {"1": 104.0, "2": 118.0}, "curves": {"valid": [(50, 310.0), (100, 204.0)]},
+         "train_seconds": 12},
+        {"config": "t5+C bucketed", "seed": 2, "test_ppl": {"1": 101.0, "2": None}, "curves": {"valid": [(100, 199.0)]},
+         "train_seconds": 11},
+        {"config": "t5+C bucketed", "seed": 3, "test_ppl": {"1": 90.0, "2": 95.0}, "curves": {"valid": []},
+         "train_seconds": 11},
+    ]
+    assert mean_std([1.0, 3.0]) == (2.0, math.sqrt(2.0))
+    assert mean_std([5.0]) == (5.0, None) and mean_std([None]) == (None, None)
+    summary = summarize(runs, ["t5", "t5+C bucketed"], [1, 2])
+    assert summary["t5"]["test_ppl"]["1"] == {"mean": 102.0, "std": math.sqrt(8.0)}
+    assert summary["t5"]["valid_curve"] == [{"updates": 50, "mean": 305.0, "std": math.sqrt(50.0)},
+                                            {"updates": 100, "mean": 202.0, "std": math.sqrt(8.0)}]
+    assert summary["t5+C bucketed"]["test_ppl"]["2"] == {"mean": 95.0, "std": None}  # the failed length is left out
+    (row,) = paired_differences(runs, [1, 2])
+    assert (row["config"], row["against"], row["seeds"]) == ("t5+C bucketed", "t5", [2])  # only seed 2 has both
+    assert row["diff"]["1"] == {"mean": -3.0, "std": None, "n": 1}
+    assert row["diff"]["2"]["n"] == 0
+
+
+def test_parse_log_reads_train_loss_and_valid_perplexity(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text(
+        "fairseq-train ...\n"
+        '2026-01-01 00:00:00 | INFO | train_inner | {"epoch": 1, "loss": "9.3", "ppl": "630", "num_updates": "100"}\n'
+        '2026-01-01 00:00:01 | INFO | valid | {"epoch": 1, "valid_loss": "8.8", "valid_ppl": "445.5", "valid_num_updates": "100"}\n'
+    )
+    assert parse_log(log) == {"train": [(100, 9.3)], "valid": [(100, 445.5)]}
+
+
+@pytest.mark.e2e
+def test_run_brown_smoke_trains_evaluates_at_three_lengths_and_writes_tables_and_plots(tmp_path):
+    env = dict(os.environ, URPE_VENV=sys.prefix, OUT=str(tmp_path / "out"), CONFIGS="stock,t5+C unique", SEEDS="1",
+               PYTHONUNBUFFERED="1")
+    for knob in ("PRESET", "FACTORS", "MAX_UPDATE", "CORPUS", "CORPUS_DIR", "JOBS", "THREADS", "EXTRA_ARGS"):
+        env.pop(knob, None)
+    done = subprocess.run(["bash", str(REPO / "benchmarks/language_modeling/run_brown.sh"), "--smoke"], env=env,
+                          cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert "PRESET=smoke" in done.stdout and "[2/2]" in done.stdout
+    out = tmp_path / "out"
+    results = json.loads((out / "results.json").read_text())
+    for config in ("stock", "t5+C unique"):
+        ppl = results["summary"][config]["test_ppl"]
+        assert set(ppl) == {"1", "2", "4"}
+        assert all(math.isfinite(v["mean"]) and v["mean"] > 1 for v in ppl.values())  # every token of the split scored
+        assert results["summary"][config]["valid_curve"]
+    (run,) = [r for r in results["runs"] if r["config"] == "stock"]
+    assert run["train_cpu_seconds"] > 0 and run["params"] > 0
+    assert "| t5+C unique | `transformer_lm_urpe --urpe-toeplitz unique` |" in (out / "results.md").read_text()
+    assert (out / "extrapolation.png").stat().st_size > 0 and (out / "curves.png").stat().st_size > 0
