@@ -1,5 +1,5 @@
-"""Every bias kind (t5, alibi, log, learned, none) x {RPE, URPE} x {dot product, dot-product-free}
-trains a few updates with the real ``fairseq-train`` and is scored by the real ``fairseq-eval-lm`` at
+"""Every bias kind (t5, alibi, log, learned, none) x {RPE, URPE} x {dot product, dot-product-free}, and
+RoPE x {RPE, URPE} (it needs the dot product), trains a few updates with the real ``fairseq-train`` and is scored by the real ``fairseq-eval-lm`` at
 3x its training length. The ``ape`` variants (kind none plus fairseq's absolute embeddings, bounded
 at their table) are built and decoded in tests/models; stock absolute positions run end to end in
 test_end_to_end."""
@@ -12,7 +12,7 @@ import torch
 from fairseq_urpe.models.architectures import variants
 from tests.cli.test_end_to_end import eval_lm_args, load_checkpoint, num_updates, parse_eval_lm, train_args
 
-VARIANTS = sorted(v for v in variants() if "ape" not in v)  # 5 kinds x 2 x 2 = 20
+VARIANTS = sorted(v for v in variants() if "ape" not in v)  # 5 bias kinds x 2 x 2 = 20, RoPE x 2 = 22
 TPS, UPDATES = 32, 6
 
 
