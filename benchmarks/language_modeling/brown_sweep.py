@@ -164,6 +164,7 @@ def summarize(runs, configs, factors):
             mean, std = mean_std([dict(r["curves"]["valid"]).get(step) for r in mine])
             entry["valid_curve"].append({"updates": step, "mean": mean, "std": std})
         entry["train_seconds"] = mean_std([r["train_seconds"] for r in mine])[0]
+        entry["train_cpu_seconds"] = mean_std([r.get("train_cpu_seconds") for r in mine])[0]
         summary[config] = entry
     return summary
 
@@ -204,11 +205,13 @@ def markdown(a, summary, diffs, wall, cpu):
         f"{a.heads} heads, pre-norm, tied embeddings; L = {a.tokens} tokens, {a.max_update} updates of {a.max_tokens} "
         f"tokens, Adam lr {a.lr}, inverse-sqrt warm-up {a.warmup}, dropout 0.1. Seeds {' '.join(map(str, a.seeds))}. "
         f"Test perplexity per token, non-overlapping blocks of kL tokens; mean ± sample std over seeds. "
-        f"{wall / 60:.1f} min wall, {cpu / 3600:.2f} CPU-core hours for the runs below ({a.jobs} at once, "
-        f"{a.threads} thread(s) each).",
+        f"{cpu / 3600:.2f} CPU-core hours for the runs below (training and evaluation; {a.jobs} at once, "
+        f"{a.threads} thread(s) each); this invocation took {wall / 60:.1f} min wall (a resumed sweep counts only the "
+        f"runs it did). \"train CPU s\": CPU seconds of one training run, mean over seeds (wall seconds vary with "
+        f"the machine's load).",
         "",
         "| config | arch | parameters | seeds | " + " | ".join(f"test ppl {k}L = {k * a.tokens}" for k in factors)
-        + " | valid ppl (final) | train s |",
+        + " | valid ppl (final) | train CPU s |",
         "|---|---|---:|---:|" + "---:|" * len(factors) + "---:|---:|",
     ]
     for config, s in summary.items():
@@ -217,7 +220,7 @@ def markdown(a, summary, diffs, wall, cpu):
         lines.append(
             f"| {config} | `{arch}{' ' + ' '.join(flags) if flags else ''}` | {s['params'] or 0:,} | {len(s['seeds'])} | "
             + " | ".join(fmt(s["test_ppl"][str(k)]["mean"], s["test_ppl"][str(k)]["std"]) for k in factors)
-            + f" | {fmt(final['mean'], final['std'])} | {s['train_seconds']:.0f} |"
+            + f" | {fmt(final['mean'], final['std'])} | {s['train_cpu_seconds'] or 0:.0f} |"
         )
     if diffs:
         lines += ["", "Paired by seed (same seed, same data order): test ppl(config) − ppl(against), mean ± sample "
