@@ -6,7 +6,7 @@ layer on its own, can still shard them) and passes them to each layer as fairseq
 passes its shared compression layer. With ``--rpe-per-layer`` each layer's attention builds and owns its
 own.
 
-Checkpoints list the shared modules under every layer's ``self_attn``, as tied weights (the layout of
+Checkpoints list the shared modules under every layer's ``self_attn``, as equal copies (the layout of
 every checkpoint written so far), so old and new checkpoints load in either code.
 
 fairscale's FullyShardedDataParallel needs CUDA; on CPU, where fairseq would fail deep inside fairscale
@@ -143,12 +143,18 @@ def _layer_key(prefix: str, layer: int, slot: str, rest: str) -> str:
 
 
 def _write_under_every_layer(module, state_dict, prefix, local_metadata) -> None:
-    """State-dict hook: ``{prefix}{slot}.X`` becomes ``{prefix}layers.<i>.self_attn.{slot}.X`` for every layer."""
+    """State-dict hook: ``{prefix}{slot}.X`` becomes ``{prefix}layers.<i>.self_attn.{slot}.X`` for every layer.
+
+    Layer 0's entry is the tensor itself, the others are copies: fairseq's EMA (``--store-ema``) updates
+    every entry in place, and entries that were one tensor would be decayed once per layer. (With
+    ``keep_vars=True`` every entry is the parameter itself.)
+    """
     for slot, _ in module.shared_positions.items():
         for key in [k for k in state_dict if k.startswith(f"{prefix}{slot}.")]:
             value = state_dict.pop(key)
             for layer in range(len(module.layers)):
-                state_dict[_layer_key(prefix, layer, slot, key[len(prefix) + len(slot) + 1 :])] = value
+                copy = value if layer == 0 or isinstance(value, nn.Parameter) else value.clone()
+                state_dict[_layer_key(prefix, layer, slot, key[len(prefix) + len(slot) + 1 :])] = copy
 
 
 def _read_from_the_layers(module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,

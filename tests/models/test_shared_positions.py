@@ -110,3 +110,27 @@ def test_parameter_order_is_that_of_checkpoints_written_before_the_shared_module
     # must see the same order, or resuming with another device count would shift the moments.
     wrapper = torch.nn.ModuleDict({"module": model})
     assert [id(p) for p in wrapper.parameters()] == [id(p) for p in model.parameters()]
+
+
+@pytest.mark.parametrize("ema_fp32", [False, True])
+def test_fairseq_ema_decays_the_shared_tables_once_per_step(build_lm, ema_fp32):
+    """fairseq's ``--store-ema`` updates every state-dict entry in place: the copies of the shared tables
+    under each layer must not be one tensor, or the table would be decayed once per layer."""
+    from fairseq.dataclass.configs import EMAConfig
+    from fairseq.models.ema import EMA
+
+    model, _ = build_lm("transformer_lm_urpe_tiny", "--decoder-layers", "3")
+    ema = EMA(model, EMAConfig(store_ema=True, ema_decay=0.5, ema_fp32=ema_fp32))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    randomise_positions(model)
+    with torch.no_grad():
+        model.decoder.layers[1].fc1.weight.add_(1.0)
+    after = model.state_dict()
+    ema.step(model)
+    averaged = ema.get_model()
+    for name in ("decoder.position_bias.weight", "decoder.toeplitz.weight", "decoder.layers.1.fc1.weight"):
+        key = name if "layers" in name else name.replace("decoder.", "decoder.layers.0.self_attn.")
+        expected = 0.5 * before[key].double() + 0.5 * after[key].double()
+        got = dict(averaged.named_parameters())[name].double()
+        assert not torch.equal(before[key], after[key])
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-6, msg=name)
