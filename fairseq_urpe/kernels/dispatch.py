@@ -11,7 +11,7 @@
     it runs under Triton's interpreter when ``TRITON_INTERPRET=1``, slowly: that is how the tests run it).
 
 Self-check (:mod:`.self_check`): the first call in each configuration (device, dtype, head dim, which
-tables, padding, dropout) runs a small forward+backward against the reference. In ``auto`` a mismatch or
+tables, padding, dropout, TF32) runs a small forward+backward against the reference. In ``auto`` a mismatch or
 an exception logs one warning with the measured error, and that configuration runs dense for the rest of
 the process. (A kernel that corrupts memory can poison the CUDA context before any check sees it; the
 guard-memory tests in ``tests/kernels`` are there for that.)
@@ -71,8 +71,9 @@ def use_fused_attention(
         return False
     if reason is not None:
         raise RuntimeError(f"{FLAG} fused cannot run here: {reason}. Use {FLAG} auto (or dense).")
+    tf32 = x.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32  # the kernel reads the flag per call
     config = KernelConfig(str(x.device), x.dtype, x.size(-1), bool(tables[0]), bool(tables[1]), bool(padding),
-                          dropout_p > 0)
+                          dropout_p > 0, tf32)
     return self_check_passed(impl, config)
 
 

@@ -1,7 +1,7 @@
 """The fused kernel checks itself on first use: a small forward+backward against the plain reference.
 
 One check per configuration the kernel is compiled for (:class:`KernelConfig`: device, dtype, head dim,
-which tables, padding, dropout), on inputs of that configuration: ``B = 2, H = 2`` and a length that
+which tables, padding, dropout, TF32 for float32), on inputs of that configuration: ``B = 2, H = 2`` and a length that
 spans several tiles and is a multiple of none; the output and every gradient (q, k, v, both tables)
 against :func:`~fairseq_urpe.kernels.reference.causal_urpe_attention_reference` computed in at least
 float32 from the same inputs (and, with dropout, the kernel's own mask). Error: ``max |fused - ref| /
@@ -33,10 +33,12 @@ class KernelConfig(NamedTuple):
     toeplitz: bool
     padding: bool
     dropout: bool
+    tf32: bool = False  # float32 with TF32 products (torch.backends.cuda.matmul.allow_tf32): another variant
 
     def describe(self) -> str:
         tables = " + ".join(name for name, on in (("bias", self.bias), ("Toeplitz C", self.toeplitz)) if on) or "no tables"
-        extras = "".join([", padding" if self.padding else "", ", attention dropout" if self.dropout else ""])
+        extras = "".join([", padding" if self.padding else "", ", attention dropout" if self.dropout else "",
+                          ", TF32" if self.tf32 else ""])
         return f"{self.device}, {str(self.dtype).replace('torch.', '')}, head dim {self.head_dim}, {tables}{extras}"
 
 

@@ -130,3 +130,18 @@ def test_the_check_runs_under_inference_mode_and_no_grad(checks):
         assert dispatch.self_check_passed("fused", config)
     with torch.no_grad():
         assert kernel_error(config._replace(toeplitz=False)) is None
+
+
+def test_float32_is_checked_again_when_tf32_is_switched(checks):
+    """The kernel reads torch's TF32 switch on every call: with TF32 and without are two compiled variants,
+    each checked on its first use (a verdict for one says nothing of the other)."""
+    x = torch.zeros(1, 2, 19, 16)
+    allowed = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for tf32 in (False, True, False, True):
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            assert dispatch.use_fused_attention("fused", x, causal_mask(19, torch.float32), False, False, 0.0)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allowed
+    assert [config.tf32 for config in checks] == [False, True]
+    assert checks[1].describe().endswith(", TF32") and not checks[0].describe().endswith("TF32")
