@@ -5,9 +5,10 @@
 #
 # ARCHS defaults to fairseq's stock transformer_lm_wiki103 (Baevski & Auli: sinusoidal absolute
 # positions) followed by the plugin's RPE and URPE archs of every position kind (read from the
-# plugin at run time): transformer_lm_{rpe,urpe,alibi,urpe_alibi,log,urpe_log,learned,urpe_learned,
-# nope,urpe_nope}_wiki103, 11 in all. The dot-product-free (_dpf) and _ape variants run when named. An arch that fails is marked in the table; the others
-# still run; the script then exits 1. Every knob of train.sh and eval.sh applies to all runs (GPUS,
+# plugin's registry at run time): transformer_lm_{rpe,urpe,alibi,urpe_alibi,log,urpe_log,learned,
+# urpe_learned,nope,urpe_nope,rope,urpe_rope}_wiki103, 13 in all; DRY_RUN=1 prints them. The
+# dot-product-free (_dpf) and _ape variants run when named. An arch that fails is marked in the
+# table; the others still run; the script then exits 1. Every knob of train.sh and eval.sh applies to all runs (GPUS,
 # NNODES, SMOKE, ...; on several nodes, run this same command on each node with its NODE_RANK), except
 # RUN_NAME, SAVE_DIR, CHECKPOINT and RESULTS_DIR, which each run derives from its arch.
 #
@@ -17,6 +18,7 @@
 #   SMOKE        1: tiny models on CPU (see train.sh)          (default: 0)
 #   TABLE_DIR    where baselines[-smoke].md/.json go           (default: $WT103_DIR/results)
 #   URPE_VENV    Python environment with fairseq              (default: .venv in the repository)
+#   DRY_RUN      1: print the archs that would run, and stop  (default: 0)
 #
 # Example:  bash examples/wikitext103/run_baselines.sh
 #           SMOKE=1 ARCHS="transformer_lm_wiki103 transformer_lm_urpe_wiki103" bash examples/wikitext103/run_baselines.sh
@@ -29,24 +31,25 @@ for knob in RUN_NAME SAVE_DIR CHECKPOINT RESULTS_DIR; do
   [ -z "${!knob:-}" ] || die "$knob is derived from each arch here; unset it (it is for train.sh/eval.sh on one arch)"
 done
 SMOKE=${SMOKE:-0}
+DRY_RUN=${DRY_RUN:-0}
 TABLE_DIR=$(abspath "${TABLE_DIR:-$WT103_DIR/results}")
 find_venv
 if [ -z "${ARCHS:-}" ]; then
   ARCHS=$("$BIN/python" - "$REPO" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[1])
-from fairseq_urpe.models.architectures import KINDS  # registers the plugin's archs too
+from fairseq_urpe.models.architectures import baseline_variants  # registers the plugin's archs too
 
-variants = []
-for kind in KINDS:
-    if kind != "ape":  # stock transformer_lm_wiki103 is the absolute-position baseline
-        variants += [kind, "urpe" if kind == "rpe" else f"urpe_{kind}"]
-print(" ".join(["transformer_lm_wiki103"] + [f"transformer_lm_{v}_wiki103" for v in variants]))
+print(" ".join(["transformer_lm_wiki103"] + [f"transformer_lm_{v}_wiki103" for v in baseline_variants()]))
 PY
   )
 fi
 note "$SCRIPT"
-show_knobs ARCHS WT103_DIR SMOKE TABLE_DIR
+show_knobs ARCHS WT103_DIR SMOKE TABLE_DIR DRY_RUN
+if [ "$DRY_RUN" = 1 ]; then
+  for arch in $ARCHS; do echo "would run: $arch"; done
+  exit 0
+fi
 export WT103_DIR SMOKE URPE_VENV=${BIN%/bin}
 
 suffix=$([ "$SMOKE" = 1 ] && echo -smoke || true)

@@ -9,6 +9,7 @@ of :mod:`.position_kinds` (its ``arch`` name part; T5's is ``rpe``, whose URPE f
     learned / urpe_learned     one learned bias per distance (Shaw et al.)
     nope / urpe_nope           no bias, no absolute positions (URPE: C alone)
     ape / urpe_ape             no bias, fairseq's sinusoidal absolute positions
+    rope / urpe_rope           rotary embeddings: q and k rotated by their positions (Su et al.)
     <any of these>_dpf         dot-product-free: scores from the bias alone (for nope/ape: a uniform
                                causal average, reweighted by C in URPE); not for kinds that act on q, k
 
@@ -56,6 +57,13 @@ def variants():
                 table[f"{part}_dpf"] = {**options, **RPE, "dot_product_free": True}
                 table[f"{urpe_name}_dpf"] = {**options, **URPE, "dot_product_free": True}
     return table
+
+
+def baseline_variants():
+    """The variants a comparison against stock runs by default: each kind's RPE and URPE pair, without
+    ``ape`` (stock fairseq is the absolute-position baseline) and without ``_dpf``."""
+    return [name for name, options in variants().items()
+            if not options.get("dot_product_free") and not options.get("absolute_positions")]
 
 
 def preset(options, sizes):

@@ -86,3 +86,38 @@ def test_run_brown_smoke_trains_evaluates_at_three_lengths_and_writes_tables_and
     assert run["train_cpu_seconds"] > 0 and run["params"] > 0
     assert "| t5+C unique | `transformer_lm_urpe --urpe-toeplitz unique` |" in (out / "results.md").read_text()
     assert (out / "extrapolation.png").stat().st_size > 0 and (out / "curves.png").stat().st_size > 0
+
+
+def test_investigation_tables_are_means_over_seeds_and_paired_differences(tmp_path):
+    """collect.py on fairseq-train logs (lines as fairseq writes them): seed 1 is the bare run name,
+    others "-s<seed>"; a run that stopped early counts where it got to and not in the paired table."""
+    from benchmarks.language_modeling.investigation import collect
+
+    def log(name, train100, valid):
+        lines = [f"2026-12-01 00:01:42 | INFO | train_inner | epoch 001:    100 / 550 loss={train100}, ppl=1, wps=1, "
+                 f"ups=1, wpb=2048, bsz=16, num_updates=100, lr=0.0015, gnorm=1, clip=0, train_wall=1, wall=1"
+                 ] if train100 is not None else []
+        lines += [f"2026-12-01 00:02:46 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8 | ppl {p} | "
+                  f"wps 1 | wpb 2047.9 | bsz 16 | num_updates {u}" for u, p in valid.items()]
+        (tmp_path / "logs" / f"{name}.log").write_text("\n".join(lines) + "\n")
+
+    (tmp_path / "logs").mkdir()
+    log("stock", 9.0, {50: 900.0, 100: 400.0, 200: 300.0, 300: 240.0})
+    log("stock-s2", 9.2, {50: 1000.0, 100: 420.0, 200: 310.0, 300: 250.0})
+    log("t5-zero", 9.1, {50: 800.0, 100: 390.0, 200: 280.0, 300: 230.0})
+    log("t5-zero-s2", 9.1, {50: 800.0, 100: 400.0, 200: 290.0, 300: 236.0})
+    log("t5-zero-s3", None, {50: 700.0})  # interrupted before update 100
+    collect.main(tmp_path)
+    data = json.loads((tmp_path / "investigation.json").read_text())
+    stock, t5 = data["summary"]["stock"], data["summary"]["t5-zero"]
+    assert stock["seeds"] == [1, 2] and t5["seeds"] == [1, 2, 3] and t5["finished_seeds"] == [1, 2]
+    assert stock["valid_ppl"]["300"] == pytest.approx([245.0, math.sqrt(50.0)])
+    assert t5["valid_ppl"]["50"][0] == pytest.approx(2300 / 3)  # the interrupted seed counts where it got to
+    assert t5["train_loss_base2_at_100"] == pytest.approx([9.1, 0.0])
+    (row,) = [r for r in data["paired"] if (r["run"], r["against"]) == ("t5-zero", "stock")]
+    assert row["seeds"] == [1, 2]
+    assert row["valid300"] == pytest.approx([-12.0, math.sqrt(8.0)])  # -10 and -14
+    assert row["train100"] == pytest.approx([0.0, math.sqrt(0.02)])  # +0.1 and -0.1
+    table = (tmp_path / "investigation.md").read_text()
+    assert "| stock | 2 | 9.10 ± 0.14 | 950.0 ± 70.7 | 410.0 ± 14.1 | 305.0 ± 7.1 | 245.0 ± 7.1 |" in table
+    assert (tmp_path / "investigation.png").stat().st_size > 0

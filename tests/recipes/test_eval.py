@@ -71,6 +71,22 @@ def test_run_baselines_ends_in_one_table_of_every_arch(recipe_runs):
     assert 0 < params["transformer_lm_urpe_wiki103"] - params["transformer_lm_wiki103"] < 1000
 
 
+def test_run_baselines_default_archs_are_stock_then_every_kinds_rpe_and_urpe_pair(outside):
+    """The default ARCHS (no ARCHS given) come from the plugin's registry; each is a registered arch."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    import fairseq_urpe  # noqa: F401
+
+    run = run_recipe("run_baselines.sh", outside, "wt103", timeout=120, DRY_RUN=1)
+    assert run.returncode == 0, run.output
+    archs = re.findall(r"^would run: (\S+)$", run.output, flags=re.M)
+    pairs = ["rpe", "urpe", "alibi", "urpe_alibi", "log", "urpe_log", "learned", "urpe_learned",
+             "rope", "urpe_rope", "nope", "urpe_nope"]
+    assert archs == ["transformer_lm_wiki103"] + [f"transformer_lm_{v}_wiki103" for v in pairs]
+    assert all(arch in ARCH_MODEL_REGISTRY for arch in archs)
+    assert not (outside / "wt103").exists()  # nothing trained, nothing written
+
+
 def test_missing_checkpoint_fails_naming_it(outside):
     run = run_recipe("eval.sh", outside, "wt103", timeout=60, RUN_NAME="never-trained")
     assert run.returncode != 0

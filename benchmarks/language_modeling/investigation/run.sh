@@ -13,23 +13,47 @@ HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../../.." && pwd); cd "$RE
 OUT=$(realpath -m "${OUT:-benchmark-out/lm-investigation}") JOBS=${JOBS:-2} RUNS=${RUNS:-} CORPUS_DIR=${CORPUS_DIR:-}
 for knob in OUT RUNS JOBS CORPUS_DIR; do printf '%s=%s\n' "$knob" "${!knob}"; done
 VENV=$(bash scripts/env.sh)
-# name | environment | arch and flags | seed          (the runs of docs/language_modeling.md, in its order)
+# name | environment | arch and flags | seed   (the runs of docs/language_modeling.md, in its order; 3 seeds each)
 TABLE="
-stock                |                       | transformer_lm                                   | 1
-stock-nope           |                       | transformer_lm --no-token-positional-embeddings  | 1
-stock-postnorm       | NORM=                 | transformer_lm                                   | 1
-t5-zero              |                       | transformer_lm_rpe --rpe-init zero               | 1
-t5-zero-s2           |                       | transformer_lm_rpe --rpe-init zero               | 2
-t5-normal0.02        | PROBE_B_STD=0.02      | transformer_lm_rpe --rpe-init zero               | 1
-t5-zero-b-lr10       | PROBE_B_LRSCALE=10    | transformer_lm_rpe --rpe-init zero               | 1
-t5-alibi             |                       | transformer_lm_rpe --rpe-init alibi              | 1
-t5-alibi-s2          |                       | transformer_lm_rpe --rpe-init alibi              | 2
-alibi                |                       | transformer_lm_alibi                             | 1
-urpe-zero            |                       | transformer_lm_urpe --rpe-init zero              | 1
-urpe-zero-c-lr10     | PROBE_C_LRSCALE=10    | transformer_lm_urpe --rpe-init zero              | 1
-stock-lr1e-3         |                       | transformer_lm --lr 0.001                        | 1
-stock-postnorm-lr1e-3| NORM=                 | transformer_lm --lr 0.001                        | 1
-t5-zero-lr1e-3       |                       | transformer_lm_rpe --rpe-init zero --lr 0.001    | 1
+stock                    |                       | transformer_lm                                   | 1
+stock-s2                 |                       | transformer_lm                                   | 2
+stock-s3                 |                       | transformer_lm                                   | 3
+stock-nope               |                       | transformer_lm --no-token-positional-embeddings  | 1
+stock-nope-s2            |                       | transformer_lm --no-token-positional-embeddings  | 2
+stock-nope-s3            |                       | transformer_lm --no-token-positional-embeddings  | 3
+stock-postnorm           | NORM=                 | transformer_lm                                   | 1
+stock-postnorm-s2        | NORM=                 | transformer_lm                                   | 2
+stock-postnorm-s3        | NORM=                 | transformer_lm                                   | 3
+t5-zero                  |                       | transformer_lm_rpe --rpe-init zero               | 1
+t5-zero-s2               |                       | transformer_lm_rpe --rpe-init zero               | 2
+t5-zero-s3               |                       | transformer_lm_rpe --rpe-init zero               | 3
+t5-normal0.02            | PROBE_B_STD=0.02      | transformer_lm_rpe --rpe-init zero               | 1
+t5-normal0.02-s2         | PROBE_B_STD=0.02      | transformer_lm_rpe --rpe-init zero               | 2
+t5-normal0.02-s3         | PROBE_B_STD=0.02      | transformer_lm_rpe --rpe-init zero               | 3
+t5-zero-b-lr10           | PROBE_B_LRSCALE=10    | transformer_lm_rpe --rpe-init zero               | 1
+t5-zero-b-lr10-s2        | PROBE_B_LRSCALE=10    | transformer_lm_rpe --rpe-init zero               | 2
+t5-zero-b-lr10-s3        | PROBE_B_LRSCALE=10    | transformer_lm_rpe --rpe-init zero               | 3
+t5-alibi                 |                       | transformer_lm_rpe --rpe-init alibi              | 1
+t5-alibi-s2              |                       | transformer_lm_rpe --rpe-init alibi              | 2
+t5-alibi-s3              |                       | transformer_lm_rpe --rpe-init alibi              | 3
+alibi                    |                       | transformer_lm_alibi                             | 1
+alibi-s2                 |                       | transformer_lm_alibi                             | 2
+alibi-s3                 |                       | transformer_lm_alibi                             | 3
+urpe-zero                |                       | transformer_lm_urpe --rpe-init zero              | 1
+urpe-zero-s2             |                       | transformer_lm_urpe --rpe-init zero              | 2
+urpe-zero-s3             |                       | transformer_lm_urpe --rpe-init zero              | 3
+urpe-zero-c-lr10         | PROBE_C_LRSCALE=10    | transformer_lm_urpe --rpe-init zero              | 1
+urpe-zero-c-lr10-s2      | PROBE_C_LRSCALE=10    | transformer_lm_urpe --rpe-init zero              | 2
+urpe-zero-c-lr10-s3      | PROBE_C_LRSCALE=10    | transformer_lm_urpe --rpe-init zero              | 3
+stock-lr1e-3             |                       | transformer_lm --lr 0.001                        | 1
+stock-lr1e-3-s2          |                       | transformer_lm --lr 0.001                        | 2
+stock-lr1e-3-s3          |                       | transformer_lm --lr 0.001                        | 3
+stock-postnorm-lr1e-3    | NORM=                 | transformer_lm --lr 0.001                        | 1
+stock-postnorm-lr1e-3-s2 | NORM=                 | transformer_lm --lr 0.001                        | 2
+stock-postnorm-lr1e-3-s3 | NORM=                 | transformer_lm --lr 0.001                        | 3
+t5-zero-lr1e-3           |                       | transformer_lm_rpe --rpe-init zero --lr 0.001    | 1
+t5-zero-lr1e-3-s2        |                       | transformer_lm_rpe --rpe-init zero --lr 0.001    | 2
+t5-zero-lr1e-3-s3        |                       | transformer_lm_rpe --rpe-init zero --lr 0.001    | 3
 "
 DATA_BIN=$("$VENV/bin/python" -c "import sys; from benchmarks.language_modeling.brown_data import prepare; print(prepare(sys.argv[1], 'full', 16000, sys.argv[2] or None))" "$OUT" "$CORPUS_DIR")
 mkdir -p "$OUT/logs"
