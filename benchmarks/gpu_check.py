@@ -534,10 +534,14 @@ def targets(sections: dict):
         ratio = urpe["forward_backward_ms"] / eff["forward_backward_ms"]
         out.append(f"fused URPE faster than SDPA memory-efficient with a bias at L=2048: {ratio:.2f}x its time "
                    f"({'met' if ratio < 1 else 'NOT met'})")
+    else:
+        out.append("fused vs SDPA memory-efficient with a bias at L=2048: not measured")
     mem = [speed.get(f"L={n} fused_urpe_bias_and_c", {}).get("peak_extra_mib") for n in (512, 1024, 2048, 4096)]
     if all(m is not None for m in mem):
         out.append("fused peak extra memory at L=512..4096 (same tokens per batch, so O(T) means flat): "
                    + ", ".join(f"{m:.0f}" for m in mem) + " MiB")
+    else:
+        out.append("fused peak attention memory at L=512..4096 (O(T)): not measured")
     e2e = {(r.get("arch"), r.get("impl")): r for r in sections.get("end_to_end", {}).get("results", [])
            if "median_update_ms" in r}
     fused = e2e.get(("transformer_lm_urpe_wiki103", "auto"))
