@@ -36,7 +36,8 @@ def mean_std(values):
 
 def summarize(runs, steps):
     """Per config: its seeds, and mean and sample std over seeds of the training loss at 100 and of the
-    validation perplexity at each of ``steps`` (a run that has not reached a step does not count there)."""
+    validation perplexity at every validation (``steps`` at least; a run that has not reached a step does
+    not count there)."""
     by_config = {}
     for name, r in runs.items():
         config, seed = config_and_seed(name)
@@ -45,7 +46,8 @@ def summarize(runs, steps):
     for config in [c for c in ORDER if c in by_config]:
         seeds = by_config[config]
         train100 = mean_std([dict(r["train_loss_base2"]).get(100) for r in seeds.values()])
-        valid = {s: mean_std([dict(r["valid_ppl"]).get(s) for r in seeds.values()]) for s in steps}
+        every = sorted({u for r in seeds.values() for u, _ in r["valid_ppl"]} | set(steps))
+        valid = {s: mean_std([dict(r["valid_ppl"]).get(s) for r in seeds.values()]) for s in every}
         finished = sorted(seed for seed, r in seeds.items() if dict(r["valid_ppl"]).get(steps[-1]) is not None)
         summary[config] = {"seeds": sorted(seeds), "finished_seeds": finished, "train_loss_base2_at_100": train100,
                            "valid_ppl": {str(s): v for s, v in valid.items()}}
