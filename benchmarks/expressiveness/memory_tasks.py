@@ -247,15 +247,19 @@ def plot(results, thresholds, out):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     for experiment, rows in results.items():
         with_rate = any(len(entry["cells"]) > 1 for entry in rows.values())  # a second panel: H* vs T
         fig, axes = plt.subplots(1, 2 if with_rate else 1, figsize=(11 if with_rate else 6, 4.2), squeeze=False)
         ax = axes[0][0]
         for i, (row, entry) in enumerate(rows.items()):
+            groups = list(entry["cells"])
             for j, (group, c) in enumerate(entry["cells"].items()):
                 xs = sorted(int(x) for x in c)
-                label = row if group == "None" else f"{row}, T={group}"
+                # one legend entry per row; its lengths from light to dark
+                label = (None if j < len(groups) - 1 else row if group == "None" else f"{row}, T={group}"
+                         if len(groups) == 1 else f"{row}, T = {' / '.join(groups)} (light → dark)")
                 fit = "best fit" in row
                 ax.errorbar(xs, [max(c[str(x)]["mean"], 1e-6) for x in xs], yerr=[c[str(x)]["std"] for x in xs],
                             marker="o", markersize=3, capsize=2, color=f"C{i % 2 if fit else i}",
@@ -268,7 +272,7 @@ def plot(results, thresholds, out):
         ax.set_ylabel("relative error (mean ± std over seeds)")
         ax.set_title(TITLES[experiment], fontsize=8)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6, ncol=2)
+        ax.legend(fontsize=6, ncol=1 if len(rows) < 5 else 2)
         if with_rate:
             ax = axes[0][1]
             for i, (row, entry) in enumerate(rows.items()):
@@ -281,6 +285,13 @@ def plot(results, thresholds, out):
                             label=f"{row}" + ("" if slope is None else f" (slope {slope:.2f})"))
             ax.set_xscale("log", base=2)
             ax.set_yscale("log", base=2)
+            # H* lies between 1 and the largest H of the grid: show that whole range, ticks as plain numbers
+            largest = max(int(x) for entry in rows.values() for c in entry["cells"].values() for x in c)
+            ax.set_ylim(0.8, largest * 1.25)
+            ax.set_xticks(sorted({int(g) for entry in rows.values() for g in entry["cells"]}))
+            ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+            for axis in (ax.xaxis, ax.yaxis):
+                axis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
             ax.set_xlabel("deepest lag T (nesting scale s = T / 9)" if experiment == "depth"
                           else "memory length / lag T")
             ax.set_ylabel(f"H needed for error {thresholds[experiment]}")
