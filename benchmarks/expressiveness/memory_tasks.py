@@ -14,11 +14,13 @@ positions whose whole memory lies inside the sequence (0 is perfect; 1 is what p
   heavy   essentially sparse memory y_t = sum_s rho(s) x_{t-s} over memory lengths T (the sequence length),
           rho polynomial (1 + s/2)^-1.5 or exponential (1 + s/4) e^{-s/4}: kernels neither family holds
           exactly; the same model. Claim: log-RPE handles polynomial decay with few heads, lin-RPE does not.
-  dpf     fixed, adaptive (lag chosen by x_t among T/4 .. T) and content-addressed (a control) memory;
-          1 layer with FFN, a learned bias per distance, with and without Q K^T. Claim: dot-product-free
-          attention suffices for fixed memory, not for adaptive memory.
-  depth   nested memory (the second lag chosen by the token the first one points at); dot product, a
-          learned bias per distance, FFN; 1, 2, 3 layers x H. Claim: depth, not heads, handles nesting.
+  dpf     fixed (lag T), adaptive (lag chosen by x_t among T/4 .. T) and content-addressed (a control; T only
+          sets the sequence length T + 32) memory, lags T = 8, 16, 32; 1 layer with FFN, a learned bias per
+          distance, with and without Q K^T. Claim: dot-product-free attention suffices for fixed memory, not
+          for adaptive memory.
+  depth   nested memory (the second lag chosen by the token the first one points at) at scales s = 1, 2, 4:
+          first lags (2s, 6s), second lags (3s, 9s), T = the deepest lag 9s; dot product, a learned bias per
+          distance, FFN; 1, 2, 3 layers x H. Claim: depth, not heads, handles nesting.
 
 For each experiment and row the H needed to reach a relative error ``--threshold`` is read off the mean
 curve (log-log interpolation between grid points) and, over memory lengths, fitted by ``H* ~ T^slope``.
@@ -38,17 +40,23 @@ from pathlib import Path
 
 EXPERIMENTS = ("rate", "heavy", "dpf", "depth")
 SIZES = {
-    # steps, batch, heads grid, rate lags, heavy lengths, dpf lag scale, depth layers
+    # steps, batch, heads grid, rate lags, heavy lengths, dpf lags, depth layers and nesting scales
     "full": dict(steps=600, batch=512, heads=[1, 2, 4, 8, 16], rate_lags=[4, 8, 16, 32], fit_lags=[4, 8, 16, 32, 64, 128],
                  fit_restarts=12, heavy_lengths=[8, 32, 128],
-                 dpf_lag=16, dpf_heads=[1, 2, 4, 8], layers=[1, 2, 3], depth_heads=[1, 2, 4, 8], seeds=[0, 1, 2]),
+                 dpf_lags=[8, 16, 32], dpf_heads=[1, 2, 4, 8], layers=[1, 2, 3], depth_heads=[1, 2, 4, 8],
+                 depth_scales=[1, 2, 4], seeds=[0, 1, 2]),
     "smoke": dict(steps=3, batch=16, heads=[1, 2], rate_lags=[2, 4], fit_lags=[2, 4], fit_restarts=1,
-                  heavy_lengths=[8, 16], dpf_lag=4,
-                  dpf_heads=[1, 2], layers=[1, 2], depth_heads=[1, 2], seeds=[0, 1]),
+                  heavy_lengths=[8, 16], dpf_lags=[4, 8],
+                  dpf_heads=[1, 2], layers=[1, 2], depth_heads=[1, 2], depth_scales=[1, 2], seeds=[0, 1]),
 }
 EVAL_BATCH, LR, POSITION_LR = 256, 3e-3, 3e-2
 THRESHOLDS = {"rate": 0.9, "heavy": 0.005, "dpf": 0.1, "depth": 0.1}
-NESTED_LAGS, NESTED_LAGS2 = (2, 6), (3, 9)
+NESTED_LAGS, NESTED_LAGS2 = (2, 6), (3, 9)  # at scale s: (2s, 6s) then (3s, 9s); the group T is 9s
+
+
+def nested_lags(scale):
+    """The nested memory's first and second lags at ``scale``."""
+    return [scale * lag for lag in NESTED_LAGS], [scale * lag for lag in NESTED_LAGS2]
 
 
 def cells(a):
@@ -67,21 +75,24 @@ def cells(a):
                     out.append(("heavy", f"{kernel} / {kind}-RPE", length, h, dict(
                         task="kernel", params=params, length=length, start=length // 2, kind=kind,
                         dot_product=False, ffn=False, layers=1, heads=h)))
-    lag = a.dpf_lag
-    adaptive = [lag * k // 4 for k in range(1, 5)]  # T/4, T/2, 3T/4, T
-    for task, params, start in (("fixed", {"lags": [lag]}, lag), ("adaptive", {"lags": adaptive}, lag),
-                                ("content", {}, 0)):
+    for task in ("fixed", "adaptive", "content"):
         for dot_product in (True, False):
-            for h in a.dpf_heads:
-                out.append(("dpf", f"{task} / {'QK^T' if dot_product else 'no QK^T'}", lag, h, dict(
-                    task=task, params=params, length=lag + 32, start=start, kind="learned",
-                    dot_product=dot_product, ffn=True, layers=1, heads=h)))
-    deepest = NESTED_LAGS2[-1]
+            for lag in a.dpf_lags:
+                adaptive = [lag * k // 4 for k in range(1, 5)]  # T/4, T/2, 3T/4, T
+                params, start = {"fixed": ({"lags": [lag]}, lag), "adaptive": ({"lags": adaptive}, lag),
+                                 "content": ({}, 0)}[task]
+                for h in a.dpf_heads:
+                    out.append(("dpf", f"{task} / {'QK^T' if dot_product else 'no QK^T'}", lag, h, dict(
+                        task=task, params=params, length=lag + 32, start=start, kind="learned",
+                        dot_product=dot_product, ffn=True, layers=1, heads=h)))
     for layers in a.layers:
-        for h in a.depth_heads:
-            out.append(("depth", f"nested / {layers} layer{'s' if layers > 1 else ''}", None, h, dict(
-                task="nested", params={"lags": list(NESTED_LAGS), "lags2": list(NESTED_LAGS2)}, length=deepest + 32,
-                start=deepest, kind="learned", dot_product=True, ffn=True, layers=layers, heads=h)))
+        for scale in a.depth_scales:
+            lags, lags2 = nested_lags(scale)
+            deepest = lags2[-1]
+            for h in a.depth_heads:
+                out.append(("depth", f"nested / {layers} layer{'s' if layers > 1 else ''}", deepest, h, dict(
+                    task="nested", params={"lags": lags, "lags2": lags2}, length=deepest + 32,
+                    start=deepest, kind="learned", dot_product=True, ffn=True, layers=layers, heads=h)))
     return [c for c in out if c[0] in a.only]
 
 
@@ -142,6 +153,17 @@ def key_of(experiment, row, group, x, seed):
     return f"{experiment}|{row}|{group}|{x}|{seed}"
 
 
+def recorded_key(record):
+    """The key of a line of ``memory_runs.jsonl`` in today's cells. Depth models recorded when the nested
+    memory had one scale carry group None; their config is the scale-1 cell's, whose group is now its
+    deepest lag."""
+    experiment, row, group, x, seed = record["key"].split("|")
+    if experiment == "depth" and group == "None" and record["config"]["params"] == dict(
+            zip(("lags", "lags2"), nested_lags(1))):
+        return key_of(experiment, row, NESTED_LAGS2[-1], x, seed)
+    return record["key"]
+
+
 def heads_needed(xs, errors, threshold):
     """Smallest x where the mean error curve reaches ``threshold`` (log-log interpolation), or None."""
     points = sorted(zip(xs, errors))
@@ -188,7 +210,7 @@ TITLES = {
     "rate": "fixed memory y_t = x_{t-T}: 1 layer, no QK^T, no FFN",
     "heavy": "essentially sparse memory over length T: 1 layer, no QK^T, no FFN",
     "dpf": "memory at lags up to T, with and without QK^T: 1 layer + FFN, a bias per distance",
-    "depth": f"nested memory (lags {NESTED_LAGS} then {NESTED_LAGS2}): QK^T, a bias per distance, FFN",
+    "depth": "nested memory (lags (2s, 6s) then (3s, 9s), T = 9s): QK^T, a bias per distance, FFN",
 }
 X_NAME = {"rate": "heads", "heavy": "heads", "dpf": "heads", "depth": "heads"}
 
@@ -196,7 +218,7 @@ X_NAME = {"rate": "heads", "heavy": "heads", "dpf": "heads", "depth": "heads"}
 def markdown(results, thresholds, header):
     lines = [header]
     for experiment, rows in results.items():
-        group_name = "T" if experiment != "depth" else ""
+        group_name = "T"
         xs = sorted({int(x) for r in rows.values() for c in r["cells"].values() for x in c})
         lines += ["", f"**{experiment}**: {TITLES[experiment]}. Relative error, mean ± std over seeds (a best "
                   f"fit is one number); H* = heads to reach {thresholds[experiment]}", "",
@@ -209,7 +231,7 @@ def markdown(results, thresholds, header):
                               else f"{c[str(x)]['mean']:.3g} ± {c[str(x)]['std']:.1g}" for x in xs]
                 lines.append(f"| {row} | " + (f"{group} | " if group_name else "") + " | ".join(cells_text)
                              + f" | {'> ' + str(max(xs)) if needed is None else f'{needed:.1f}'} |")
-        slopes = {row: e["slope"] for row, e in rows.items() if experiment in ("rate", "heavy")}
+        slopes = {row: e["slope"] for row, e in rows.items()}
         if slopes:
             lines += ["", "fitted H* ~ T^slope: " + "; ".join(
                 f"{row}: {'n/a (H* reached at fewer than 2 lengths)' if s is None else f'{s:.2f}'}"
@@ -225,15 +247,19 @@ def plot(results, thresholds, out):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     for experiment, rows in results.items():
-        with_rate = experiment in ("rate", "heavy")
+        with_rate = any(len(entry["cells"]) > 1 for entry in rows.values())  # a second panel: H* vs T
         fig, axes = plt.subplots(1, 2 if with_rate else 1, figsize=(11 if with_rate else 6, 4.2), squeeze=False)
         ax = axes[0][0]
         for i, (row, entry) in enumerate(rows.items()):
+            groups = list(entry["cells"])
             for j, (group, c) in enumerate(entry["cells"].items()):
                 xs = sorted(int(x) for x in c)
-                label = row if group == "None" else f"{row}, T={group}"
+                # one legend entry per row; its lengths from light to dark
+                label = (None if j < len(groups) - 1 else row if group == "None" else f"{row}, T={group}"
+                         if len(groups) == 1 else f"{row}, T = {' / '.join(groups)} (light → dark)")
                 fit = "best fit" in row
                 ax.errorbar(xs, [max(c[str(x)]["mean"], 1e-6) for x in xs], yerr=[c[str(x)]["std"] for x in xs],
                             marker="o", markersize=3, capsize=2, color=f"C{i % 2 if fit else i}",
@@ -246,7 +272,7 @@ def plot(results, thresholds, out):
         ax.set_ylabel("relative error (mean ± std over seeds)")
         ax.set_title(TITLES[experiment], fontsize=8)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6, ncol=2)
+        ax.legend(fontsize=6, ncol=1 if len(rows) < 5 else 2)
         if with_rate:
             ax = axes[0][1]
             for i, (row, entry) in enumerate(rows.items()):
@@ -259,7 +285,15 @@ def plot(results, thresholds, out):
                             label=f"{row}" + ("" if slope is None else f" (slope {slope:.2f})"))
             ax.set_xscale("log", base=2)
             ax.set_yscale("log", base=2)
-            ax.set_xlabel("memory length / lag T")
+            # H* lies between 1 and the largest H of the grid: show that whole range, ticks as plain numbers
+            largest = max(int(x) for entry in rows.values() for c in entry["cells"].values() for x in c)
+            ax.set_ylim(0.8, largest * 1.25)
+            ax.set_xticks(sorted({int(g) for entry in rows.values() for g in entry["cells"]}))
+            ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+            for axis in (ax.xaxis, ax.yaxis):
+                axis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+            ax.set_xlabel("deepest lag T (nesting scale s = T / 9)" if experiment == "depth"
+                          else "memory length / lag T")
             ax.set_ylabel(f"H needed for error {thresholds[experiment]}")
             ax.set_title("heads needed vs T (log-log); missing: not reached with the largest H", fontsize=8)
             ax.grid(alpha=0.3)
@@ -292,7 +326,7 @@ def main(argv=None):
         for line in log_path.read_text().splitlines():
             record = json.loads(line)
             if record["steps"] == a.steps and record["batch"] == a.batch:
-                runs[record["key"]] = record
+                runs[recorded_key(record)] = record
     cell_list = cells(a)
     todo = [(c, s) for c in cell_list for s in a.seeds if key_of(*c[:4], s) not in runs]
     # Largest first, so that the pool ends together.
