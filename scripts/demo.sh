@@ -88,7 +88,7 @@ for seed in $SEEDS; do
 done
 
 "$BIN/python" - "$DEMO_DIR" "$SEEDS" $ARCHS <<'PY'
-import math, re, sys, torch
+import math, re, sys
 out, seeds, archs = sys.argv[1], sys.argv[2].split(), sys.argv[3:]
 def perplexity(run, split):
     text = open(f"{out}/logs/eval-{run}-{split}.log").read()
@@ -98,13 +98,9 @@ def mean_std(values):
     if len(values) == 1:
         return f"{mean:.2f}"
     return f"{mean:.2f} ± {math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)):.2f}"
-def parameters(run):
-    state = torch.load(f"{out}/checkpoints/{run}/checkpoint_last.pt", map_location="cpu", weights_only=False)["model"]
-    seen, count = set(), 0
-    for name, tensor in state.items():  # tied weights appear under several names: count each once
-        if tensor.is_floating_point() and tensor.data_ptr() not in seen and not name.endswith("version"):
-            seen.add(tensor.data_ptr()); count += tensor.numel()
-    return count
+def parameters(run):  # as fairseq-eval-lm counts the loaded model's parameters (shared ones once)
+    text = open(f"{out}/logs/eval-{run}-test.log").read()
+    return int(re.findall(r"num\. model params: ([0-9,]+)", text)[-1].replace(",", ""))
 spread = "mean ± sample std over seeds " + " ".join(seeds) if len(seeds) > 1 else f"seed {seeds[0]}"
 rows = [f"Perplexity per token, {spread}.", "",
         "| arch | parameters | train seconds | valid ppl | test ppl |", "|---|---:|---:|---:|---:|"]
