@@ -1,10 +1,13 @@
-"""Tables and curves of the investigation's runs (run.sh): ``python collect.py OUT`` reads ``OUT/logs/*.log``
+"""Tables and curves of the investigation's runs (run.sh): ``python -m
+benchmarks.language_modeling.investigation.collect OUT`` reads ``OUT/logs/*.log``
 (fairseq-train's simple format) and writes ``OUT/investigation.json``, ``.md`` and ``.png``."""
 
 import json
 import re
 import sys
 from pathlib import Path
+
+from benchmarks.language_modeling.brown_sweep import mean_std
 
 TRAIN = re.compile(r"\| train_inner \|.* loss=([0-9.]+),.* num_updates=(\d+),")
 VALID = re.compile(r"\| valid on 'valid' subset \| loss ([0-9.]+) \| ppl ([0-9.]+) \|.*\| num_updates (\d+)")
@@ -23,15 +26,6 @@ def curves(log):
 def config_and_seed(name):
     match = SEED.search(name)
     return (name[: match.start()], int(match.group(1))) if match else (name, 1)
-
-
-def mean_std(values):
-    values = [v for v in values if v is not None]
-    if not values:
-        return None, None
-    mean = sum(values) / len(values)
-    std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else None
-    return mean, std
 
 
 def summarize(runs, steps):

@@ -79,4 +79,4 @@ echo "$TABLE" | sed '/^$/d' | while IFS='|' read -r name env flags seed; do
   name=$(echo $name); if [ -n "$RUNS" ] && [[ " $RUNS " != *" $name "* ]]; then continue; fi
   printf '%s\0%s\0%s\0%s\0' "$name" "$(echo $env)" "$(echo $flags)" "$(echo $seed)"
 done | xargs -0 -r -n 4 -P "$JOBS" bash -c 'train "$@"' _
-"$VENV/bin/python" "$HERE/collect.py" "$OUT"
+"$VENV/bin/python" -m benchmarks.language_modeling.investigation.collect "$OUT"
