@@ -19,10 +19,10 @@ setup(
         "sacremoses",
         "sentencepiece",
         "tensorboardX",
-        "matplotlib",  # python -m fairseq_urpe.inspect
+        "matplotlib",  # python -m fairseq_urpe.position_plots
         # The fused attention kernel (fairseq_urpe/kernels); elsewhere the dense attention runs.
         'triton==3.9.0; platform_system == "Linux" and platform_machine == "x86_64" and python_version >= "3.11"',
     ],
-    entry_points={"console_scripts": ["fairseq-urpe-inspect = fairseq_urpe.inspect:main"]},
+    entry_points={"console_scripts": ["fairseq-urpe-inspect = fairseq_urpe.position_plots:main"]},
     extras_require={"test": ["pytest>=7", "pytest-timeout"]},
 )

@@ -71,7 +71,7 @@ def base_size_archs() -> List[str]:
     """
     import fairseq_urpe  # noqa: F401  (registers the archs)
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
-    from fairseq_urpe.models.transformer_lm_urpe import RelativeTransformerLanguageModel
+    from fairseq_urpe.models.relative_transformer_lm import RelativeTransformerLanguageModel
 
     def sizes(arch):  # as fairseq-train resolves them: the arch preset, then the model's dataclass defaults
         args = argparse.Namespace()

@@ -360,7 +360,7 @@ def end_to_end(record: Record, args) -> None:
     def train(arch, impl):
         from fairseq.trainer import Trainer
 
-        import fairseq_urpe.modules.urpe_attention as attention_module
+        import fairseq_urpe.modules.relative_multihead_attention as attention_module
 
         calls = []
         real = attention_module.fused_relative_attention

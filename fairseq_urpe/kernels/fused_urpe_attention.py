@@ -12,7 +12,7 @@ Backward, recomputing P (and Z) tile by tile from the stored m and l (O(T) extra
     db(k) = sum over the diagonal i - j = k of dS       dc(k) = sum over i - j = k of dW ⊙ P
 
 ``b`` and ``c`` come per head as tables by distance, ``(H, >= T)`` (entry k for distance k). Padded keys
-follow the dense attention in ``fairseq_urpe/modules/urpe_attention.py``: their score is the most negative
+follow the dense attention in ``fairseq_urpe/modules/relative_multihead_attention.py``: their score is the most negative
 finite float32 rather than -inf, so a query whose visible keys are all padding averages them uniformly
 and stays finite, and no gradient flows into their scores. Attention dropout follows it too: applied to
 ``P ⊙ C``, scaled by ``1 / (1 - p)``; its mask comes from Philox (counter-based, one seed per call, 16

@@ -22,7 +22,7 @@ from fairseq.models.transformer_lm import base_lm_architecture, transformer_lm_b
 from fairseq.utils import safe_getattr
 
 from .position_kinds import POSITION_KINDS
-from .transformer_lm_urpe import RelativeTransformerLanguageModel
+from .relative_transformer_lm import RelativeTransformerLanguageModel
 
 URPE = {"urpe_toeplitz": "bucketed"}
 RPE = {"urpe_toeplitz": "none"}

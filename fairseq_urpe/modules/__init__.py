@@ -9,7 +9,7 @@ from .position_tables import PositionModules, PositionTables
 from .relative_position import RelativePositionFunction
 from .t5_relative_bias import T5RelativeBias
 from .toeplitz_reweighting import ToeplitzReweighting
-from .urpe_attention import RelativeMultiheadAttention
+from .relative_multihead_attention import RelativeMultiheadAttention
 
 __all__ = [
     "ALiBiBias",

@@ -523,7 +523,7 @@ def test_hub_from_pretrained_scores_and_samples(trainings, brown_data, one_torch
     )
     lm.eval()
 
-    from fairseq_urpe.models.transformer_lm_urpe import RelativeTransformerLanguageModel
+    from fairseq_urpe.models.relative_transformer_lm import RelativeTransformerLanguageModel
     from fairseq_urpe.modules import RelativeMultiheadAttention, ToeplitzReweighting
 
     model = lm.models[0]

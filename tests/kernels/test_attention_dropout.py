@@ -14,7 +14,7 @@ from fairseq_urpe.kernels import fused_urpe_attention as kernel  # noqa: E402
 from fairseq_urpe.kernels.fused_urpe_attention import attention_dropout_mask, fused_causal_urpe_attention  # noqa: E402
 from fairseq_urpe.kernels.reference import causal_urpe_attention_reference  # noqa: E402
 from tests.kernels.test_fused_urpe_attention import make_inputs  # noqa: E402
-from tests.modules.test_urpe_attention import EMBED, HEADS, make_attention  # noqa: E402
+from tests.modules.test_relative_multihead_attention import EMBED, HEADS, make_attention  # noqa: E402
 from tests.reference import causal_mask  # noqa: E402
 
 

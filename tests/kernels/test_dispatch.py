@@ -12,7 +12,7 @@ pytest.importorskip("triton")
 from fairseq_urpe.kernels import dispatch  # noqa: E402
 from fairseq_urpe.kernels.dispatch import is_future_mask, use_fused_attention  # noqa: E402
 from tests.models.conftest import build_lm, dict_dir  # noqa: E402,F401  (fixtures)
-from tests.modules.test_urpe_attention import EMBED, HEADS, make_attention  # noqa: E402
+from tests.modules.test_relative_multihead_attention import EMBED, HEADS, make_attention  # noqa: E402
 from tests.reference import causal_mask  # noqa: E402
 
 
@@ -88,7 +88,7 @@ def spy(fn, calls):
 def fused_calls(monkeypatch):
     """Calls of the fused path from the attention module, counted."""
     calls = []
-    monkeypatch.setattr("fairseq_urpe.modules.urpe_attention.fused_relative_attention",
+    monkeypatch.setattr("fairseq_urpe.modules.relative_multihead_attention.fused_relative_attention",
                         spy(dispatch.fused_relative_attention, calls))
     return calls
 

@@ -12,7 +12,7 @@ from tests.reference import causal_mask  # noqa: E402
 
 def test_fused_kernel_takes_the_rotated_queries_and_keys(monkeypatch):
     calls = []
-    monkeypatch.setattr("fairseq_urpe.modules.urpe_attention.fused_relative_attention",
+    monkeypatch.setattr("fairseq_urpe.modules.relative_multihead_attention.fused_relative_attention",
                         lambda *args, **kwargs: calls.append(1) or dispatch.fused_relative_attention(*args, **kwargs))
     fused, dense = make_attention(urpe=True, seed=9), make_attention(urpe=True, seed=9)
     fused.attention_impl, dense.attention_impl = "fused", "dense"

@@ -16,7 +16,7 @@ pytest.importorskip("triton")
 from fairseq_urpe.kernels import dispatch  # noqa: E402
 from fairseq_urpe.kernels import fused_urpe_attention as kernel  # noqa: E402
 from fairseq_urpe.kernels.self_check import KernelConfig, kernel_error  # noqa: E402
-from tests.modules.test_urpe_attention import EMBED, make_attention  # noqa: E402
+from tests.modules.test_relative_multihead_attention import EMBED, make_attention  # noqa: E402
 from tests.reference import causal_mask  # noqa: E402
 
 CONFIG = KernelConfig("cpu", torch.float64, 16, bias=True, toeplitz=True, padding=True, dropout=True)
@@ -89,7 +89,7 @@ def test_auto_attention_module_runs_dense_after_a_failed_self_check(checks, monk
     monkeypatch.setattr(dispatch, "_why_not_fused", lambda *args, **kwargs: None)
     calls = []
     real = dispatch.fused_relative_attention
-    monkeypatch.setattr("fairseq_urpe.modules.urpe_attention.fused_relative_attention",
+    monkeypatch.setattr("fairseq_urpe.modules.relative_multihead_attention.fused_relative_attention",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
     x = torch.randn(19, 2, EMBED, dtype=torch.float64)
     auto, dense = make_attention("urpe_unique", seed=1), make_attention("urpe_unique", seed=1)

@@ -12,7 +12,7 @@ from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
 from fairseq_urpe.models.architectures import ARCHITECTURES, variants
 from fairseq_urpe.models.position_kinds import POSITION_KINDS, SCORES
-from fairseq_urpe.models.transformer_lm_urpe import RelativeTransformerLanguageModel
+from fairseq_urpe.models.relative_transformer_lm import RelativeTransformerLanguageModel
 from fairseq_urpe.modules import LearnedDistanceBias, LogBias, T5RelativeBias, ToeplitzReweighting
 from tests.models.checks import (
     assert_finite_normalised_distributions,

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from fairseq_urpe.modules.reweighted_softmax import expand_by_distance, softmax_reweight_values
-from tests.modules.test_urpe_attention import EMBED, make_attention
+from tests.modules.test_relative_multihead_attention import EMBED, make_attention
 from tests.reference import causal_mask
 
 

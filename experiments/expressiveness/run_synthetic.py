@@ -1,6 +1,6 @@
 """Train every model of the URPE paper's synthetic table through ``fairseq-train``, over seeds, and print it.
 
-    python -m benchmarks.expressiveness.run_synthetic --size cpu --seeds "1 2 3"   # (run_synthetic.sh sets the knobs)
+    python -m experiments.expressiveness.run_synthetic --size cpu --seeds "1 2 3"   # (run_synthetic.sh sets the knobs)
 
 For every task (ETP, PI) x model (RPE, URPE, APE, NoPE) x seed: ``fairseq-train --task position_synthetic
 --arch relative_encoder_<model>_<size> --criterion token_accuracy`` with JSON logs, at most ``--jobs`` at

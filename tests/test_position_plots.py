@@ -1,4 +1,4 @@
-"""``python -m fairseq_urpe.inspect``: the plots it writes and the attention maps they show."""
+"""``python -m fairseq_urpe.position_plots``: the plots it writes and the attention maps they show."""
 
 import subprocess
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fairseq_urpe import inspect as urpe_inspect
+from fairseq_urpe import position_plots as urpe_inspect
 
 LEGACY = Path(__file__).parent / "models" / "legacy"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -22,7 +22,7 @@ def png_size(path: Path):
 
 def test_command_line_writes_position_and_attention_plots(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "fairseq_urpe.inspect", str(LEGACY / "urpe_bucketed.pt"), "--out", str(tmp_path / "plots"),
+        [sys.executable, "-m", "fairseq_urpe.position_plots", str(LEGACY / "urpe_bucketed.pt"), "--out", str(tmp_path / "plots"),
          "--data", str(LEGACY), "--sentence", "the said of a ."],
         capture_output=True, text=True, timeout=300,
     )

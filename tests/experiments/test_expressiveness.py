@@ -8,9 +8,9 @@ from argparse import Namespace
 import pytest
 import torch
 
-from benchmarks.expressiveness import memory_tasks
-from benchmarks.expressiveness.memory_model import SLOPE_RANGES, MemoryModel
-from benchmarks.expressiveness.run_synthetic import PRESETS, parse_log, summarise, train_command
+from experiments.expressiveness import memory_experiments as memory_tasks
+from experiments.expressiveness.memory_model import SLOPE_RANGES, MemoryModel
+from experiments.expressiveness.run_synthetic import PRESETS, parse_log, summarise, train_command
 
 
 @pytest.mark.parametrize("kind, dot_product, ffn", [("lin", False, False), ("log", True, True), ("learned", True, True)])

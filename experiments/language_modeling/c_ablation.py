@@ -1,6 +1,6 @@
 """How much a trained URPE model relies on its C: test perplexity with the learned ``c`` and with ``c = 1``.
 
-    python -m benchmarks.language_modeling.c_ablation --data DATA_BIN CHECKPOINT... [--tokens-per-sample L]
+    python -m experiments.language_modeling.c_ablation --data DATA_BIN CHECKPOINT... [--tokens-per-sample L]
 
 For each checkpoint, fairseq-eval-lm's own main (via examples/wikitext103/eval_lm_table.py) scores the test
 split in non-overlapping blocks of L tokens, once as trained and once with every Toeplitz table set to one

@@ -1,6 +1,6 @@
 """Test perplexity of one checkpoint at the training length L and at k x L (fairseq-eval-lm's own main).
 
-    python -m benchmarks.language_modeling.evaluate_lengths --data DATA_BIN --checkpoint CKPT --out JSON [--factors 1 2 4]
+    python -m experiments.language_modeling.evaluate_lengths --data DATA_BIN --checkpoint CKPT --out JSON [--factors 1 2 4]
 
 For each factor k: non-overlapping blocks of k x L tokens, each scored from the start of its block
 (fairseq-eval-lm ``--tokens-per-sample kL --context-window 0``), as in examples/wikitext103/eval.sh's

@@ -1,6 +1,6 @@
 """Plot what a trained RPE/URPE language model learned.
 
-    python -m fairseq_urpe.inspect CHECKPOINT --out DIR [--sentence "The jury said ."] [--data DIR]
+    python -m fairseq_urpe.position_plots CHECKPOINT --out DIR [--sentence "The jury said ."] [--data DIR]
 
 Writes to DIR:
   positions.png            per layer (one row when b and c are shared) and head: the bias b_h(k) and
@@ -29,7 +29,7 @@ DEFAULT_SENTENCE = "The committee said that the city would have to pay for the n
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m fairseq_urpe.inspect", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m fairseq_urpe.position_plots", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("checkpoint", help="a checkpoint written by fairseq-train with --user-dir fairseq_urpe")
     parser.add_argument("--out", required=True, help="folder for the PNG files (created if missing)")
@@ -196,7 +196,7 @@ def write_plots(argv: Optional[List[str]] = None) -> List[Path]:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    """Entry point of ``python -m fairseq_urpe.inspect`` and ``fairseq-urpe-inspect``: prints the files written."""
+    """Entry point of ``python -m fairseq_urpe.position_plots`` and ``fairseq-urpe-inspect``: prints the files written."""
     for path in write_plots(argv):
         print(path)
 

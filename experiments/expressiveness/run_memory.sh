@@ -18,4 +18,4 @@ for knob in ONLY STEPS SEEDS JOBS SMOKE OUT; do printf '%s=%s\n' "$knob" "${!kno
 VENV=$(bash scripts/env.sh)
 FLAGS=(--only "$ONLY" --seeds "$SEEDS" --jobs "$JOBS" --out "$OUT")
 if [ "$SMOKE" = 1 ]; then FLAGS+=(--smoke); else FLAGS+=(--steps "$STEPS"); fi
-exec "$VENV/bin/python" -m benchmarks.expressiveness.memory_tasks "${FLAGS[@]}"
+exec "$VENV/bin/python" -m experiments.expressiveness.memory_experiments "${FLAGS[@]}"

@@ -5,7 +5,7 @@ import pytest
 import torch
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
-from fairseq_urpe.models.transformer_lm_urpe import RelativeTransformerLanguageModel
+from fairseq_urpe.models.relative_transformer_lm import RelativeTransformerLanguageModel
 from fairseq_urpe.modules import RelativeMultiheadAttention
 from tests.capabilities import needs_cpu_float16
 from tests.models.checks import (

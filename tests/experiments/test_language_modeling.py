@@ -1,4 +1,4 @@
-"""The language-model sweep (benchmarks/language_modeling): its corpus split, its statistics, and the whole
+"""The language-model sweep (experiments/language_modeling): its corpus split, its statistics, and the whole
 pipeline (corpus, fairseq-train, fairseq-eval-lm at L/2L/4L, tables, plots) in --smoke mode."""
 
 import importlib.util
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.language_modeling.brown_sweep import mean_std, paired_differences, parse_log, summarize
+from experiments.language_modeling.brown_sweep import mean_std, paired_differences, parse_log, summarize
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -71,7 +71,7 @@ def test_run_brown_smoke_trains_evaluates_at_three_lengths_and_writes_tables_and
                PYTHONUNBUFFERED="1")
     for knob in ("PRESET", "FACTORS", "MAX_UPDATE", "CORPUS", "CORPUS_DIR", "JOBS", "THREADS", "EXTRA_ARGS"):
         env.pop(knob, None)
-    done = subprocess.run(["bash", str(REPO / "benchmarks/language_modeling/run_brown.sh"), "--smoke"], env=env,
+    done = subprocess.run(["bash", str(REPO / "experiments/language_modeling/run_brown.sh"), "--smoke"], env=env,
                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:]
     assert "PRESET=smoke" in done.stdout and "[2/2]" in done.stdout
@@ -91,7 +91,7 @@ def test_run_brown_smoke_trains_evaluates_at_three_lengths_and_writes_tables_and
 def test_investigation_tables_are_means_over_seeds_and_paired_differences(tmp_path):
     """collect.py on fairseq-train logs (lines as fairseq writes them): seed 1 is the bare run name,
     others "-s<seed>"; a run that stopped early counts where it got to and not in the paired table."""
-    from benchmarks.language_modeling.investigation import collect
+    from experiments.language_modeling.investigation import collect
 
     def log(name, train100, valid):
         lines = [f"2026-12-01 00:01:42 | INFO | train_inner | epoch 001:    100 / 550 loss={train100}, ppl=1, wps=1, "

@@ -40,4 +40,4 @@ for pair in max-update:MAX_UPDATE vocab:VOCAB layers:LAYERS embed:EMBED ffn:FFN 
   if [ -n "${!value:-}" ]; then ARGS+=("--${pair%%:*}" "${!value}"); fi
 done
 if "$VENV/bin/python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then ARGS+=(--gpu); fi
-exec "$VENV/bin/python" -m benchmarks.language_modeling.brown_sweep "${ARGS[@]}"
+exec "$VENV/bin/python" -m experiments.language_modeling.brown_sweep "${ARGS[@]}"

@@ -1,5 +1,5 @@
 """Tables and curves of the investigation's runs (run.sh): ``python -m
-benchmarks.language_modeling.investigation.collect OUT`` reads ``OUT/logs/*.log``
+experiments.language_modeling.investigation.collect OUT`` reads ``OUT/logs/*.log``
 (fairseq-train's simple format) and writes ``OUT/investigation.json``, ``.md`` and ``.png``."""
 
 import json
@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from benchmarks.language_modeling.brown_sweep import mean_std
+from experiments.language_modeling.brown_sweep import mean_std
 
 TRAIN = re.compile(r"\| train_inner \|.* loss=([0-9.]+),.* num_updates=(\d+),")
 VALID = re.compile(r"\| valid on 'valid' subset \| loss ([0-9.]+) \| ppl ([0-9.]+) \|.*\| num_updates (\d+)")

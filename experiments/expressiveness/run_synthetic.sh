@@ -30,4 +30,4 @@ for pair in max-update:MAX_UPDATE vocab:VOCAB seq-len:SEQ_LEN batch:BATCH lr:LR 
   if [ -n "${!value:-}" ]; then ARGS+=("--${pair%%:*}" "${!value}"); fi
 done
 if "$VENV/bin/python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then ARGS+=(--gpu); fi
-exec "$VENV/bin/python" -m benchmarks.expressiveness.run_synthetic "${ARGS[@]}"
+exec "$VENV/bin/python" -m experiments.expressiveness.run_synthetic "${ARGS[@]}"

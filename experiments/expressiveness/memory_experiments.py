@@ -1,7 +1,7 @@
 """Wang & E (NeurIPS 2024): how the error falls with heads, per memory length, RPE type, QK^T and depth.
 
-    python -m benchmarks.expressiveness.memory_tasks                  # all four experiments (see docs/expressiveness.md)
-    python -m benchmarks.expressiveness.memory_tasks --smoke          # seconds: every code path, tiny sizes
+    python -m experiments.expressiveness.memory_experiments                  # all four experiments (see docs/expressiveness.md)
+    python -m experiments.expressiveness.memory_experiments --smoke          # seconds: every code path, tiny sizes
 
 Every cell trains the model of ``memory_model.py`` (the plugin's RelativeMultiheadAttention and position
 modules) from its neutral start, with Adam on fresh batches of ``fairseq_urpe.data.memory_tasks``, once per
@@ -101,7 +101,7 @@ def train_eval(config, seed, steps, batch):
     positions: a step draws ``ceil(batch / scored positions per sequence)`` sequences."""
     import torch
 
-    from benchmarks.expressiveness.memory_model import MemoryModel
+    from experiments.expressiveness.memory_model import MemoryModel
     from fairseq_urpe.data.memory_tasks import memory_batch
 
     torch.set_num_threads(1)
@@ -134,7 +134,7 @@ def add_best_fits(results, a, thresholds):
     (``kernel_fit.py``), a bound on what training can reach, also at lags too long to train here."""
     import torch
 
-    from benchmarks.expressiveness.kernel_fit import best_fit
+    from experiments.expressiveness.kernel_fit import best_fit
 
     torch.set_num_threads(1)
     for kind in ("lin", "log"):

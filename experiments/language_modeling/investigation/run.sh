@@ -55,7 +55,7 @@ t5-zero-lr1e-3           |                       | transformer_lm_rpe --rpe-init
 t5-zero-lr1e-3-s2        |                       | transformer_lm_rpe --rpe-init zero --lr 0.001    | 2
 t5-zero-lr1e-3-s3        |                       | transformer_lm_rpe --rpe-init zero --lr 0.001    | 3
 "
-DATA_BIN=$("$VENV/bin/python" -c "import sys; from benchmarks.language_modeling.brown_data import prepare; print(prepare(sys.argv[1], 'full', 16000, sys.argv[2] or None))" "$OUT" "$CORPUS_DIR")
+DATA_BIN=$("$VENV/bin/python" -c "import sys; from experiments.language_modeling.brown_data import prepare; print(prepare(sys.argv[1], 'full', 16000, sys.argv[2] or None))" "$OUT" "$CORPUS_DIR")
 mkdir -p "$OUT/logs"
 
 train() {  # train NAME ENV ARCH_AND_FLAGS SEED
@@ -79,4 +79,4 @@ echo "$TABLE" | sed '/^$/d' | while IFS='|' read -r name env flags seed; do
   name=$(echo $name); if [ -n "$RUNS" ] && [[ " $RUNS " != *" $name "* ]]; then continue; fi
   printf '%s\0%s\0%s\0%s\0' "$name" "$(echo $env)" "$(echo $flags)" "$(echo $seed)"
 done | xargs -0 -r -n 4 -P "$JOBS" bash -c 'train "$@"' _
-"$VENV/bin/python" -m benchmarks.language_modeling.investigation.collect "$OUT"
+"$VENV/bin/python" -m experiments.language_modeling.investigation.collect "$OUT"
