@@ -100,7 +100,7 @@ class RelativeMultiheadAttention(MultiheadAttention):
         """``query``: (T, B, E), time first as in fairseq; ``key``/``value`` must be ``query`` or ``None``.
 
         ``key_padding_mask``: (B, T) true at pads; ``attn_mask``: (T, S) additive float mask;
-        ``position_tables``: tables to use instead of asking the position modules (inspect.py leaves
+        ``position_tables``: tables to use instead of asking the position modules (position_plots.py leaves
         out ``c`` this way). Returns ``(out (T, B, E), weights)`` where ``weights`` is ``A ⊙ C`` averaged
         over heads (B, T, S), per head (H, B, T, S) with ``need_head_weights``, or ``None``.
         """
