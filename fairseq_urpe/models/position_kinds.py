@@ -1,62 +1,68 @@
-"""The registry of position kinds: one entry per ``--rpe-kind``.
+"""The registry of position kinds, one entry per ``--rpe-kind``, and the builder of their modules.
 
-Everything that lists the kinds reads it: the option's choices and help
-(``relative_position_config``), the named archs (``architectures``), the encoder and decoder
-(``shared_positions``), the README's family table (checked by a test) and the tests. A new kind is
-a module file in ``fairseq_urpe/modules/`` and one entry here.
+Everything that lists or builds the kinds reads it: the option's choices and help
+(``relative_position_config``), the named archs (``architectures``), the encoder and decoder (through
+:func:`build_position_modules`), the README's family table, the examples' baseline list (both checked by
+tests) and the tests. A new kind is a module (``by_distance(distance) -> (H, ...)`` for the scores, or
+``rotation(positions, dtype) -> (cos, sin)`` for q and k) and one entry here, or, from outside the package
+(a plugin, a test), one call of :func:`register_kind`.
+
+This is the config layer: errors here name the command-line option; the modules' own errors do not.
 """
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Callable, Dict, Optional, Tuple, Type
 
+from fairseq.dataclass import ChoiceEnum
 from torch import nn
 
-from ..modules.alibi_bias import ALiBiBias
-from ..modules.learned_distance_bias import LearnedDistanceBias
-from ..modules.log_bias import LogBias
-from ..modules.rotary_embedding import RotaryEmbedding
-from ..modules.t5_relative_bias import T5RelativeBias
+from ..modules import (ALiBiBias, LearnedDistanceBias, LogBias, PositionModules, RotaryEmbedding, T5RelativeBias,
+                       ToeplitzReweighting)
 
-SCORES, QUERIES_KEYS = "scores", "queries_keys"
+SCORES, QUERIES_KEYS = "position_bias", "rotary"  # the PositionModules slots a kind can fill
 
 
 @dataclass(frozen=True)
-class KindOptions:
-    """What a kind's module may be built from: the attention's sizes and the resolved ``--rpe-*`` options."""
+class AttentionShape:
+    """The attention a kind's module serves: ``num_heads`` heads of ``head_dim``, causal or ``bidirectional``."""
 
     num_heads: int
     head_dim: int
     bidirectional: bool
-    num_buckets: int
-    max_distance: int
-    learnable_slopes: bool
-    bias_start: str = "zero"
 
 
 @dataclass(frozen=True)
 class PositionKind:
     """One ``--rpe-kind``.
 
-    module: the class it builds (``None``: no position term); arguments: its constructor arguments
-    from :class:`KindOptions`; description: one line for ``--help`` and the README; acts_on: ``scores``
-    (a bias ``b(i - j)``, read by distance) or ``queries_keys`` (a rotation of q and k by position);
-    arch: the archs' name part (``transformer_lm_<arch>``, URPE ``transformer_lm_urpe_<arch>``);
-    more_archs: further variants of the kind, name part -> option defaults; slopes: the default of
-    ``--rpe-slopes`` for kinds that have slopes (``None``: no slopes); dot_product_free: whether it
-    works without ``Q K^T`` (and has ``_dpf`` archs).
+    module: the class it builds (``None``: no position term); reads: the options (config field names) its
+    module is built from; arguments: ``(shape, options) -> `` the module's constructor arguments, where
+    ``options`` holds exactly the ``reads`` (``rpe_slopes`` resolved to ``slopes`` when not given);
+    description: one line for ``--help`` and the README; acts_on: the slot it fills, ``position_bias``
+    (a bias ``b(i - j)`` added to the scores) or ``rotary`` (q and k rotated by position); arch: the archs'
+    name part (``transformer_lm_<arch>``, URPE ``transformer_lm_urpe_<arch>``; default: the kind's name);
+    more_archs: further variants, name part -> option defaults; slopes: the default of ``--rpe-slopes``
+    for kinds that read it; dot_product_free: whether it works without ``Q K^T`` (and has ``_dpf`` archs).
     """
 
     module: Optional[Type[nn.Module]]
-    arguments: Callable[[KindOptions], Tuple]
-    description: str
+    arguments: Callable[[AttentionShape, SimpleNamespace], Tuple] = lambda shape, options: ()
+    description: str = ""
+    reads: Tuple[str, ...] = ()
     acts_on: str = SCORES
     arch: Optional[str] = None
     more_archs: Dict[str, dict] = field(default_factory=dict)
     slopes: Optional[str] = None
     dot_product_free: bool = True
 
-    def build(self, options: KindOptions) -> Optional[nn.Module]:
-        return None if self.module is None else self.module(*self.arguments(options))
+    def build(self, shape: AttentionShape, cfg) -> Optional[nn.Module]:
+        if self.module is None:
+            return None
+        options = SimpleNamespace(**{name: getattr(cfg, name, None) for name in self.reads})
+        if "rpe_slopes" in self.reads:
+            options.rpe_slopes = str(options.rpe_slopes or self.slopes)
+        return self.module(*self.arguments(shape, options))
 
     def arch_parts(self, name: str) -> Dict[str, dict]:
         """``{name part of an arch: option defaults besides --rpe-kind}`` for the archs of kind ``name``."""
@@ -64,20 +70,78 @@ class PositionKind:
 
 
 POSITION_KINDS: Dict[str, PositionKind] = {
-    "t5": PositionKind(T5RelativeBias, lambda o: (o.num_heads, o.num_buckets, o.max_distance, o.bidirectional, o.bias_start),
-                       "learned scalar per head and log-spaced distance bucket (T5)", arch="rpe"),
-    "alibi": PositionKind(ALiBiBias, lambda o: (o.num_heads, o.learnable_slopes),
-                          "-m|k| with ALiBi's geometric slopes", slopes="fixed"),
-    "log": PositionKind(LogBias, lambda o: (o.num_heads, o.learnable_slopes),
-                        "-m log(1+|k|), Wang & E's log-RPE", slopes="learned"),
-    "learned": PositionKind(LearnedDistanceBias, lambda o: (o.num_heads, o.max_distance, o.bidirectional, o.bias_start),
-                            "learned scalar per head and distance up to --rpe-max-distance (Shaw et al.)"),
-    "rope": PositionKind(RotaryEmbedding, lambda o: (o.head_dim,), "q and k rotated by their positions (RoPE, Su et al.)",
-                         acts_on=QUERIES_KEYS, dot_product_free=False),
-    "none": PositionKind(None, lambda o: (), "no position term (NoPE; the 'ape' archs keep fairseq's absolute embeddings)",
-                         arch="nope", more_archs={"ape": {"absolute_positions": True}}),
+    "t5": PositionKind(
+        T5RelativeBias, lambda s, o: (s.num_heads, o.rpe_num_buckets, o.rpe_max_distance, s.bidirectional, str(o.rpe_init)),
+        "learned scalar per head and log-spaced distance bucket (T5)",
+        reads=("rpe_num_buckets", "rpe_max_distance", "rpe_init"), arch="rpe"),
+    "alibi": PositionKind(
+        ALiBiBias, lambda s, o: (s.num_heads, o.rpe_slopes == "learned"), "-m|k| with ALiBi's geometric slopes",
+        reads=("rpe_slopes",), slopes="fixed"),
+    "log": PositionKind(
+        LogBias, lambda s, o: (s.num_heads, o.rpe_slopes == "learned"), "-m log(1+|k|), Wang & E's log-RPE",
+        reads=("rpe_slopes",), slopes="learned"),
+    "learned": PositionKind(
+        LearnedDistanceBias, lambda s, o: (s.num_heads, o.rpe_max_distance, s.bidirectional, str(o.rpe_init)),
+        "learned scalar per head and distance up to --rpe-max-distance (Shaw et al.)",
+        reads=("rpe_max_distance", "rpe_init")),
+    "rope": PositionKind(
+        RotaryEmbedding, lambda s, o: (s.head_dim,), "q and k rotated by their positions (RoPE, Su et al.)",
+        acts_on=QUERIES_KEYS, dot_product_free=False),
+    "none": PositionKind(
+        None, description="no position term (NoPE; the 'ape' archs keep fairseq's absolute embeddings)",
+        arch="nope", more_archs={"ape": {"absolute_positions": True}}),
 }
+
+# --rpe-kind's choices: argparse offers this Enum's members and hydra validates against them.
+KIND_CHOICES = ChoiceEnum(list(POSITION_KINDS))
+
+
+def register_kind(name: str, kind: PositionKind) -> None:
+    """Add a kind from outside the package, after it is imported (a plugin's ``--user-dir``, a test):
+    ``--rpe-kind name`` then offers and builds it. The named archs were made at import; use any of them
+    (or ``--arch relative_transformer_lm``) with ``--rpe-kind name``."""
+    if name in POSITION_KINDS:
+        raise ValueError(f"position kind {name!r} is already registered")
+    if kind.acts_on not in PositionModules.SLOTS or kind.acts_on == "toeplitz":
+        raise ValueError(f"a kind acts on {SCORES!r} or {QUERIES_KEYS!r}, got {kind.acts_on!r}")
+    POSITION_KINDS[name] = kind
+    member = object.__new__(KIND_CHOICES)  # what Enum makes for each member, as aenum's extend_enum does
+    member._name_ = member._value_ = name
+    KIND_CHOICES._member_names_.append(name)
+    KIND_CHOICES._member_map_[name] = KIND_CHOICES._value2member_map_[name] = member
 
 
 def kinds_with_slopes() -> Tuple[str, ...]:
-    return tuple(name for name, kind in POSITION_KINDS.items() if kind.slopes is not None)
+    return tuple(name for name, kind in POSITION_KINDS.items() if "rpe_slopes" in kind.reads)
+
+
+def build_position_modules(cfg, num_heads: int, embed_dim: int, bidirectional: bool) -> PositionModules:
+    """``--rpe-kind``'s module (in the slot it acts on) and URPE's ``c`` for attention of ``num_heads``
+    heads over ``embed_dim``; raises ``ValueError`` naming the option on impossible combinations."""
+    name = str(cfg.rpe_kind)
+    if name not in POSITION_KINDS:
+        raise ValueError(f"--rpe-kind must be one of {', '.join(POSITION_KINDS)}; got {name!r}")
+    kind = POSITION_KINDS[name]
+    if getattr(cfg, "rpe_slopes", None) is not None and "rpe_slopes" not in kind.reads:
+        raise ValueError(f"--rpe-slopes applies to --rpe-kind {' or '.join(kinds_with_slopes())}; "
+                         f"--rpe-kind {name} has no slopes")
+    if cfg.dot_product_free and not kind.dot_product_free:
+        raise ValueError(f"--rpe-kind {name} acts on q and k, which --dot-product-free removes; "
+                         f"choose another --rpe-kind or drop --dot-product-free")
+    if kind.acts_on == QUERIES_KEYS and (embed_dim // num_heads) % 2:
+        raise ValueError(f"--rpe-kind {name} pairs the head's dimensions: the head dim (embed dim / heads) must be "
+                         f"even, got {embed_dim // num_heads}")
+    module = kind.build(AttentionShape(num_heads, embed_dim // num_heads, bidirectional), cfg)
+    return PositionModules(**{kind.acts_on: module}, toeplitz=build_toeplitz(cfg, num_heads, bidirectional))
+
+
+def build_toeplitz(cfg, num_heads: int, bidirectional: bool) -> Optional[ToeplitzReweighting]:
+    """URPE's ``c`` of ``--urpe-toeplitz`` (``None`` for 'none', i.e. RPE)."""
+    if cfg.urpe_toeplitz == "none":
+        return None
+    if cfg.urpe_toeplitz == "bucketed":
+        return ToeplitzReweighting(num_heads, "bucketed", cfg.rpe_num_buckets, cfg.rpe_max_distance, bidirectional)
+    if cfg.urpe_max_distance is None:
+        raise ValueError("--urpe-toeplitz unique needs --urpe-max-distance (or --tokens-per-sample)")
+    return ToeplitzReweighting(num_heads, str(cfg.urpe_toeplitz), max_distance=cfg.urpe_max_distance,
+                               bidirectional=bidirectional, beyond_max=str(cfg.urpe_beyond_max))

@@ -2,13 +2,11 @@
 
 import sys
 
-from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import TransformerDecoder
-from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
 from .relative_position_config import RelativeTransformerConfig
-from .shared_positions import SharedPositionsMixin, relative_self_attention
+from .shared_positions import SharedPositionsMixin, relative_self_attention, wrap_layer
 
 
 class RelativeDecoderLayer(TransformerDecoderLayerBase):
@@ -43,12 +41,7 @@ class RelativeTransformerDecoder(SharedPositionsMixin, TransformerDecoder):
         self.own_shared_positions()
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        # fairseq's TransformerDecoderBase.build_decoder_layer with our layer class: same wrappers.
-        layer = RelativeDecoderLayer(cfg, no_encoder_attn, self.shared_positions)
-        if cfg.checkpoint_activations:
-            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
-        min_params_to_wrap = cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0
-        return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
+        return wrap_layer(RelativeDecoderLayer(cfg, no_encoder_attn, self.shared_positions), cfg)
 
     def extract_features(self, *args, **kwargs):
         with self.one_forward():

@@ -13,18 +13,16 @@ from dataclasses import dataclass, field
 import torch.nn.functional as F
 from torch import nn
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
-from fairseq.distributed import fsdp_wrap
 from fairseq.models import FairseqEncoderModel, register_model, register_model_architecture
 from fairseq.models.roberta.model import RobertaLMHead
 from fairseq.models.transformer import Embedding, TransformerEncoderBase
-from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from fairseq.utils import get_available_activation_fns, safe_getattr
 
 from ..modules import LearnedDistanceBias, RelativeMultiheadAttention
 from .relative_position_config import INIT_CHOICES, RelativePositionConfig, RelativeTransformerConfig
-from .shared_positions import SharedPositionsMixin, relative_self_attention
+from .shared_positions import SharedPositionsMixin, relative_self_attention, wrap_layer
 
 
 @dataclass
@@ -98,12 +96,7 @@ class RelativeTransformerEncoder(SharedPositionsMixin, TransformerEncoderBase):
         self.own_shared_positions()
 
     def build_encoder_layer(self, cfg):
-        # fairseq's TransformerEncoderBase.build_encoder_layer with our layer class: same wrappers.
-        layer = RelativeEncoderLayer(cfg, return_fc=self.return_fc, shared_positions=self.shared_positions)
-        if cfg.checkpoint_activations:
-            layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
-        min_params_to_wrap = cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0
-        return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
+        return wrap_layer(RelativeEncoderLayer(cfg, return_fc=self.return_fc, shared_positions=self.shared_positions), cfg)
 
     def forward(self, *args, **kwargs):
         with self.one_forward():

@@ -6,9 +6,8 @@ from typing import Optional
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models.transformer import TransformerConfig
 
-from .position_kinds import POSITION_KINDS, kinds_with_slopes
+from .position_kinds import KIND_CHOICES, POSITION_KINDS, kinds_with_slopes
 
-KIND_CHOICES = ChoiceEnum(list(POSITION_KINDS))
 SLOPE_CHOICES = ChoiceEnum(["fixed", "learned"])
 INIT_CHOICES = ChoiceEnum(["alibi", "zero"])
 TOEPLITZ_CHOICES = ChoiceEnum(["none", "bucketed", "unique"])

@@ -3,10 +3,10 @@
 from .alibi_bias import ALiBiBias, alibi_slopes
 from .distance_index import BucketIndex, ClippedIndex, clipped_distance_index, relative_position_bucket
 from .learned_distance_bias import LearnedDistanceBias
-from .learned_table import LearnedTable
+from .learned_table import LearnedBias, LearnedTable
 from .log_bias import LogBias
-from .position_tables import PositionModules, PositionTables
-from .relative_position import RelativePositionFunction
+from .position_tables import PositionModules, PositionTables, RelativePositionFunction
+from .rotary_embedding import RotaryEmbedding
 from .t5_relative_bias import T5RelativeBias
 from .toeplitz_reweighting import ToeplitzReweighting
 from .relative_multihead_attention import RelativeMultiheadAttention
@@ -19,11 +19,13 @@ __all__ = [
     "clipped_distance_index",
     "relative_position_bucket",
     "LearnedDistanceBias",
+    "LearnedBias",
     "LearnedTable",
     "LogBias",
     "PositionModules",
     "PositionTables",
     "RelativePositionFunction",
+    "RotaryEmbedding",
     "T5RelativeBias",
     "ToeplitzReweighting",
     "RelativeMultiheadAttention",

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from .precision import at_least_float32
-from .relative_position import RelativePositionFunction
+from .position_tables import RelativePositionFunction
 
 
 def alibi_slopes(num_heads: int) -> List[float]:

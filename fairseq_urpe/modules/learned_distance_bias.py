@@ -1,10 +1,10 @@
 """Learned per-distance bias ``b_h(clip(i - j))`` (the scalar form of Shaw et al., NAACL 2018)."""
 
 from .distance_index import ClippedIndex
-from .learned_table import LearnedTable, check_bias_start, reset_bias
+from .learned_table import LearnedBias
 
 
-class LearnedDistanceBias(LearnedTable):
+class LearnedDistanceBias(LearnedBias):
     """One learned scalar per head and distance ``|i - j| <= max_distance``; farther keys reuse the entry
     at ``max_distance`` (clipped). ``start``: ``"zero"`` or ``"alibi"`` (ALiBi's line ``-m_h |d|``, clipped
     like the table; ``--rpe-init``, see :func:`reset_bias`).
@@ -14,9 +14,4 @@ class LearnedDistanceBias(LearnedTable):
     """
 
     def __init__(self, num_heads: int, max_distance: int = 128, bidirectional: bool = False, start: str = "zero"):
-        check_bias_start(start)
-        self.start = start  # read by reset_parameters, which LearnedTable's __init__ calls
-        super().__init__(num_heads, ClippedIndex(max_distance, bidirectional, name="--rpe-max-distance"))
-
-    def reset_parameters(self) -> None:
-        reset_bias(self, self.start)
+        super().__init__(num_heads, ClippedIndex(max_distance, bidirectional, name="--rpe-max-distance"), start)

@@ -8,7 +8,7 @@ from torch import nn
 from .alibi_bias import alibi_line
 from .distance_index import BucketIndex, ClippedIndex
 from .precision import at_least_float32
-from .relative_position import RelativePositionFunction
+from .position_tables import RelativePositionFunction
 
 
 class LearnedTable(RelativePositionFunction):
@@ -49,6 +49,19 @@ class LearnedTable(RelativePositionFunction):
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, {self.index!r}"
+
+
+class LearnedBias(LearnedTable):
+    """A learned bias ``b``: a :class:`LearnedTable` that starts at ``start``, ``"zero"`` (flat, as T5) or
+    ``"alibi"`` (ALiBi's line ``-m_h |d|`` at each entry's nearest distance; see :func:`reset_bias`)."""
+
+    def __init__(self, num_heads: int, index: Union[BucketIndex, ClippedIndex], start: str = "zero"):
+        check_bias_start(start)
+        self.start = start  # read by reset_parameters, which LearnedTable's __init__ calls
+        super().__init__(num_heads, index)
+
+    def reset_parameters(self) -> None:
+        reset_bias(self, self.start)
 
 
 BIAS_STARTS = ("alibi", "zero")

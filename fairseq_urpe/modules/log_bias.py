@@ -6,7 +6,7 @@ from torch.nn import functional as F
 
 from .alibi_bias import alibi_slopes
 from .precision import at_least_float32
-from .relative_position import RelativePositionFunction
+from .position_tables import RelativePositionFunction
 
 INITIAL_SLOPE_SCALE = 8.0
 

@@ -1,4 +1,5 @@
-"""The tables one attention call reads (:class:`PositionTables`) and what makes them (:class:`PositionModules`).
+"""The tables one attention call reads (:class:`PositionTables`), what makes them (:class:`PositionModules`) and
+the base of the modules read by distance (:class:`RelativePositionFunction`).
 
 A position kind acts on attention in one of two places, and gives plain tensors for it:
 
@@ -42,6 +43,22 @@ class PositionTables:
     def causal(self, table: Optional[Tensor]) -> Optional[Tensor]:
         """``table`` at distances ``0 .. S - 1`` only, ``(H, S)``: what a causal kernel reads."""
         return None if table is None else table[:, self.tgt_len - 1 :]
+
+
+class RelativePositionFunction(nn.Module):
+    """The base of the modules read by distance (the biases ``b``, URPE's ``c``): a per-head ``f_h(i - j)``.
+
+    Subclasses define ``by_distance(distance (...) long) -> (H, ...)``, at least float32;
+    ``by_distance(torch.arange(n))`` is the ``(H, n)`` table of causal distances ``0 .. n-1``, and attention
+    reads such tables (:class:`PositionTables`). ``forward(query_positions (T,), key_positions (S,)) ->
+    (H, T, S)`` is the matrix form, for plots and tests.
+    """
+
+    def forward(self, query_positions: Tensor, key_positions: Tensor) -> Tensor:
+        return self.by_distance(query_positions[:, None] - key_positions[None, :])  # (H, T, S)
+
+    def by_distance(self, distance: Tensor) -> Tensor:
+        raise NotImplementedError
 
 
 def rotate(x: Tensor, rotation: Tuple[Tensor, Tensor]) -> Tensor:

@@ -18,7 +18,7 @@ class RotaryEmbedding(nn.Module):
     def __init__(self, head_dim: int, base: float = 10000.0):
         super().__init__()
         if head_dim % 2:
-            raise ValueError(f"--rpe-kind rope pairs the head's dimensions: the head dim (embed dim / heads) must be "
+            raise ValueError(f"rotary embeddings pair the head's dimensions: the head dim (embed dim / heads) must be "
                              f"even, got {head_dim}")
         self.head_dim, self.base = head_dim, base
 

@@ -1,10 +1,10 @@
 """The RPE bias ``B_ij = b_h(bucket(i - j))``: T5's learned scalar per head and log-spaced bucket."""
 
 from .distance_index import BucketIndex
-from .learned_table import LearnedTable, check_bias_start, reset_bias
+from .learned_table import LearnedBias
 
 
-class T5RelativeBias(LearnedTable):
+class T5RelativeBias(LearnedBias):
     """Learned relative-position bias, one scalar per head and bucket.
 
     ``start``: ``"zero"`` (T5) or ``"alibi"``: ``b_h(bucket) = -m_h d``, ALiBi's slope ``m_h`` times the
@@ -16,11 +16,6 @@ class T5RelativeBias(LearnedTable):
 
     def __init__(self, num_heads: int, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = False,
                  start: str = "zero"):
-        check_bias_start(start)
-        self.start = start  # read by reset_parameters, which LearnedTable's __init__ calls
         index = BucketIndex(num_buckets, max_distance, bidirectional, names=("--rpe-num-buckets", "--rpe-max-distance"))
-        super().__init__(num_heads, index)
+        super().__init__(num_heads, index, start)
         self.num_buckets = num_buckets
-
-    def reset_parameters(self) -> None:
-        reset_bias(self, self.start)

@@ -1,18 +1,10 @@
 """Shared b and c: built once, owned by the decoder (outside the layers), evaluated once per forward,
-and stored in checkpoints under every layer as before."""
-
-from pathlib import Path
+and stored once, under the decoder (checkpoints of the per-layer layout: test_checkpoint_upgrade.py)."""
 
 import pytest
 import torch
 
-from fairseq import checkpoint_utils
-
-import fairseq_urpe  # noqa: F401  (registers the archs the legacy checkpoints name)
-
 from tests.models.checks import randomise_positions
-
-LEGACY = Path(__file__).parent / "legacy"
 
 
 def count_table_calls(monkeypatch, module):
@@ -34,12 +26,12 @@ def test_shared_modules_belong_to_the_decoder_not_to_the_layers(build_lm):
     assert names == ["decoder.position_bias.weight", "decoder.toeplitz.weight"]
 
 
-def test_checkpoint_lists_shared_modules_under_every_layer_and_loads_back(build_lm):
+def test_checkpoint_stores_shared_modules_once_under_the_decoder_and_loads_back(build_lm):
     model, _ = build_lm("transformer_lm_urpe_tiny", "--decoder-layers", "3")
     state = randomise_positions(model).state_dict()
-    for i in range(3):
-        assert torch.equal(state[f"decoder.layers.{i}.self_attn.position_bias.weight"], model.decoder.position_bias.weight)
-    assert not any(k.startswith(("decoder.position_bias", "decoder.toeplitz")) for k in state)
+    assert torch.equal(state["decoder.position_bias.weight"], model.decoder.position_bias.weight)
+    assert [k for k in state if ".position_bias." in k or ".toeplitz." in k] == [
+        "decoder.position_bias.weight", "decoder.toeplitz.weight"]
     fresh, _ = build_lm("transformer_lm_urpe_tiny", "--decoder-layers", "3")
     fresh.load_state_dict(state)
     assert torch.equal(fresh.decoder.toeplitz.weight, model.decoder.toeplitz.weight)
@@ -88,34 +80,10 @@ def test_activation_checkpointing_and_two_forwards_in_flight_give_the_plain_grad
         torch.testing.assert_close(p.grad, g, rtol=1e-10, atol=1e-12, msg=name)
 
 
-@pytest.mark.parametrize("name", ["rpe", "urpe_bucketed", "urpe_unique"])
-def test_parameter_order_is_that_of_checkpoints_written_before_the_shared_modules_moved(name):
-    """Optimizer states are stored by parameter order (fairseq's flat fp16/bf16 optimizer keeps one flat
-    vector of Adam moments), so a run started before the shared modules left layer 0's attention must
-    see its parameters in the same order to resume with each moment on its own parameter."""
-    models, _ = checkpoint_utils.load_model_ensemble([str(LEGACY / f"{name}.pt")], arg_overrides={"data": str(LEGACY)})
-    model = models[0]
-    stored = list(torch.load(LEGACY / f"{name}.pt", weights_only=False)["model"])
-
-    def legacy_name(name):  # where a shared module's parameter sat in layer 0's attention
-        for slot in ("position_bias", "toeplitz"):
-            if name.startswith(f"decoder.{slot}."):
-                return f"decoder.layers.0.self_attn.{name[len('decoder.'):]}"
-        return name
-
-    order = [legacy_name(n) for n, _ in model.named_parameters()]
-    assert len(set(order)) == len(order) == len(list(model.parameters()))
-    assert order == [key for key in stored if key in set(order)]
-    # fairseq builds the optimizer from the DDP-wrapped model when training on several devices: a wrapper
-    # must see the same order, or resuming with another device count would shift the moments.
-    wrapper = torch.nn.ModuleDict({"module": model})
-    assert [id(p) for p in wrapper.parameters()] == [id(p) for p in model.parameters()]
-
-
 @pytest.mark.parametrize("ema_fp32", [False, True])
 def test_fairseq_ema_decays_the_shared_tables_once_per_step(build_lm, ema_fp32):
-    """fairseq's ``--store-ema`` updates every state-dict entry in place: the copies of the shared tables
-    under each layer must not be one tensor, or the table would be decayed once per layer."""
+    """fairseq's ``--store-ema`` updates every state-dict entry in place: each shared table is one entry
+    (stored once, under the decoder), so it is decayed once per step."""
     from fairseq.dataclass.configs import EMAConfig
     from fairseq.models.ema import EMA
 
@@ -126,11 +94,11 @@ def test_fairseq_ema_decays_the_shared_tables_once_per_step(build_lm, ema_fp32):
     with torch.no_grad():
         model.decoder.layers[1].fc1.weight.add_(1.0)
     after = model.state_dict()
+    assert sum(".toeplitz." in k for k in after) == 1
     ema.step(model)
     averaged = ema.get_model()
     for name in ("decoder.position_bias.weight", "decoder.toeplitz.weight", "decoder.layers.1.fc1.weight"):
-        key = name if "layers" in name else name.replace("decoder.", "decoder.layers.0.self_attn.")
-        expected = 0.5 * before[key].double() + 0.5 * after[key].double()
+        expected = 0.5 * before[name].double() + 0.5 * after[name].double()
         got = dict(averaged.named_parameters())[name].double()
-        assert not torch.equal(before[key], after[key])
+        assert not torch.equal(before[name], after[name])
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-6, msg=name)
