@@ -6,19 +6,15 @@ any kind registered later), built through fairseq as in train_throughput.py, on 
 CUDA with Triton also the same modules on the fused path (``<arch>+fused``). The input is
 ``(T, B, 512)`` with fairseq's causal mask, ``B = --tokens / T``; paths take turns within every round.
 
-    python benchmarks/attention_micro.py                   # lengths 128 512 1024 2048
-    python benchmarks/attention_micro.py --smoke
+    python -m benchmarks.attention_micro                   # lengths 128 512 1024 2048
+    python -m benchmarks.attention_micro --smoke
 """
 
-import os
 import statistics
-import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.common import (  # noqa: E402
+from benchmarks.common import (
     SMOKE_SIZES, STOCK_ARCH, build, common_arguments, median_ratio, peak_memory_bytes, save_results, start, timed,
 )
 

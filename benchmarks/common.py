@@ -240,6 +240,6 @@ def save_results(args, script: str, argv, info: Dict[str, object], **fields) -> 
     })
 
 def command_line(script: str, argv=None) -> str:
-    """How the benchmark was invoked: ``python benchmarks/<script>.py <arguments>``."""
+    """How the benchmark was invoked: ``python -m benchmarks.<script> <arguments>``, from the repository root."""
     arguments = sys.argv[1:] if argv is None else list(argv)
-    return " ".join(["python", os.path.relpath(os.path.abspath(script), REPO)] + arguments)
+    return " ".join(["python", "-m", f"benchmarks.{os.path.splitext(os.path.basename(script))[0]}"] + arguments)

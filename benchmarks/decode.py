@@ -7,20 +7,16 @@ keys and values cached. The prompt is fed token by token too (as generation with
 against the prefix length: with a key/value cache it should grow linearly (attention over the prefix),
 not quadratically. Models take turns within every round.
 
-    python benchmarks/decode.py                      # 512-token prompt, 256 generated, base sizes
-    python benchmarks/decode.py --smoke
+    python -m benchmarks.decode                      # 512-token prompt, 256 generated, base sizes
+    python -m benchmarks.decode --smoke
 """
 
-import os
 import shlex
 import statistics
-import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.common import (  # noqa: E402
+from benchmarks.common import (
     SMOKE_SIZES, STOCK_ARCH, build, common_arguments, median_ratio, save_results, start, stopwatch,
 )
 

@@ -11,20 +11,16 @@ Peak memory of one step (``benchmarks.common.peak_memory_bytes``): on CUDA
 ``torch.cuda.max_memory_allocated``; on CPU the parameters and optimizer state plus the peak of the
 step's own live allocations as torch's profiler records them: live tensors in both cases.
 
-    python benchmarks/train_throughput.py                  # base sizes, lengths 128 512 1024 2048
-    python benchmarks/train_throughput.py --smoke          # tiny, seconds: checks the script runs
+    python -m benchmarks.train_throughput                  # base sizes, lengths 128 512 1024 2048
+    python -m benchmarks.train_throughput --smoke          # tiny, seconds: checks the script runs
 """
 
-import os
 import shlex
 import statistics
-import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.common import (  # noqa: E402
+from benchmarks.common import (
     SMOKE_SIZES, STOCK_ARCH, build, common_arguments, make_sample, median_ratio, peak_memory_bytes, save_results,
     start, stopwatch,
 )

@@ -35,9 +35,7 @@ DRY_RUN=${DRY_RUN:-0}
 TABLE_DIR=$(abspath "${TABLE_DIR:-$WT103_DIR/results}")
 find_venv
 if [ -z "${ARCHS:-}" ]; then
-  ARCHS=$("$BIN/python" - "$REPO" <<'PY'
-import sys
-sys.path.insert(0, sys.argv[1])
+  ARCHS=$(cd "$REPO" && "$BIN/python" - <<'PY'
 from fairseq_urpe.models.architectures import baseline_variants  # registers the plugin's archs too
 
 print(" ".join(["transformer_lm_wiki103"] + [f"transformer_lm_{v}_wiki103" for v in baseline_variants()]))

@@ -26,7 +26,7 @@ def test_benchmark_smoke_mode_runs_and_writes_json_with_the_machine(benchmark, t
     benchmark.main(["--smoke", "--json", str(path), "--archs", *ARCHS])
     result = json.loads(path.read_text())
     assert result["machine"]["torch"] and result["machine"]["cpu"]
-    assert result["command"].startswith(f"python benchmarks/{benchmark.__name__.split('.')[-1]}.py --smoke")
+    assert result["command"].startswith(f"python -m {benchmark.__name__} --smoke")
     archs = result["results"] if benchmark is decode else next(iter(result["results"].values()))
     stock = "transformer_lm" if benchmark is not attention_micro else "stock"
     assert {stock, *ARCHS[1:]} <= set(archs)
