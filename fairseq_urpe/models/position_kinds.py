@@ -2,7 +2,7 @@
 
 Everything that lists or builds the kinds reads it: the option's choices and help
 (``relative_position_config``), the named archs (``architectures``), the encoder and decoder (through
-:func:`build_position_modules`), the README's family table, the examples' baseline list (both checked by
+:func:`build_position_modules`), the family table of docs/usage.md, the README's and the examples' lists of archs (checked by
 tests) and the tests. A new kind is a module (``by_distance(distance) -> (H, ...)`` for the scores, or
 ``rotation(positions, dtype) -> (cos, sin)`` for q and k) and one entry here, or, from outside the package
 (a plugin, a test), one call of :func:`register_kind`.

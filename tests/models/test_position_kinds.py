@@ -13,7 +13,8 @@ from fairseq_urpe.models.position_kinds import POSITION_KINDS, SCORES, kinds_wit
 from fairseq_urpe.modules.rotary_embedding import RotaryEmbedding
 from tests.modules.test_attention_family import BIASES
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REPO = Path(__file__).resolve().parents[2]
+README, USAGE = REPO / "README.md", REPO / "docs" / "usage.md"
 
 
 def test_the_option_offers_exactly_the_registered_kinds(capsys):
@@ -67,14 +68,54 @@ def test_slopes_message_lists_the_kinds_with_slopes(build_lm):
         build_lm("transformer_lm_learned_tiny", "--rpe-slopes", "fixed")
 
 
-def test_readme_family_table_lists_exactly_the_registered_kinds_and_their_archs():
-    text = README.read_text()
-    section = text[text.index("### The relative-position family"):text.index("### Inspecting a trained model")]
+def test_usage_family_table_lists_exactly_the_registered_kinds_and_their_archs():
+    text = USAGE.read_text()
+    section = text[text.index("## The relative-position family"):text.index("## Inspecting a trained model")]
     kinds = {re.match(r"\| `(\w+)`", line).group(1) for line in section.splitlines() if re.match(r"\| `\w+`", line)}
     assert kinds == set(POSITION_KINDS)
     for variant in variants():
         if not variant.endswith("_dpf"):
             assert f"`transformer_lm_{variant}`" in section, variant
+
+
+def listed_pairs(text):
+    """The variants of a hand-written ``a/b, c/d`` list: every backticked name."""
+    return set(re.findall(r"`(\w+)`", text))
+
+
+def test_readme_and_usage_variant_lists_are_the_registry_s():
+    non_dpf = {v for v in variants() if not v.endswith("_dpf")}
+    dpf_kinds = {v[: -len("_dpf")] for v in variants() if v.endswith("_dpf")}
+    readme = README.read_text()
+    brief = readme[readme.index("## Architectures in brief"):readme.index("## Further reading")]
+    listed = listed_pairs(brief[brief.index("Variants:"):brief.index("with `_dpf`")])
+    assert listed == non_dpf
+    assert non_dpf - dpf_kinds == {v for v in non_dpf if "rope" in v}  # "each but RoPE with _dpf"
+    assert f": {len(variants()) * 4} archs" in brief
+    usage = USAGE.read_text()
+    section = usage[usage.index("The variants are the position family below"):usage.index("Every `transformer_lm` option")]
+    assert listed_pairs(section[: section.index("with `_dpf`")]) == non_dpf
+    assert f"{len(variants())} variants x" in section
+
+
+def test_architectures_docstring_lists_every_variant():
+    from fairseq_urpe.models import architectures
+
+    rows = [line.split()[0:3] for line in architectures.__doc__.splitlines() if " / " in line]
+    listed = {name for row in rows for name in row if name != "/"}
+    assert listed == {v for v in variants() if not v.endswith("_dpf")}
+
+
+def test_baseline_lists_in_the_wikitext_recipe_are_the_registry_s():
+    """run_baselines.sh reads its default ARCHS from the registry; its header and the recipe's README
+    spell the list out: ``transformer_lm_{rpe,urpe,...}_wiki103``."""
+    from fairseq_urpe.models.architectures import baseline_variants
+
+    for path in (REPO / "examples" / "wikitext103" / "run_baselines.sh", REPO / "examples" / "wikitext103" / "README.md"):
+        text = re.sub(r"\s+", "", re.sub(r"(?m)^#", "", path.read_text()))  # the list wraps over (comment) lines
+        listed = re.search(r"transformer_lm_\{([\w,]+)\}_wiki103", text).group(1).split(",")
+        assert sorted(listed) == sorted(baseline_variants()), path
+        assert re.search(rf"{len(baseline_variants()) + 1}(runs|inall)", text), path
 
 
 def test_the_encoder_builds_every_kind_from_the_registry_too():
