@@ -88,19 +88,16 @@ for seed in $SEEDS; do
 done
 
 "$BIN/python" - "$DEMO_DIR" "$SEEDS" $ARCHS <<'PY'
-import math, re, sys
+import sys
+from fairseq_urpe.fairseq_runs import eval_lm_result, mean_std, model_params
 out, seeds, archs = sys.argv[1], sys.argv[2].split(), sys.argv[3:]
 def perplexity(run, split):
-    text = open(f"{out}/logs/eval-{run}-{split}.log").read()
-    return float(re.findall(r"Perplexity: ([0-9.]+)", text)[-1])
-def mean_std(values):
-    mean = sum(values) / len(values)
-    if len(values) == 1:
-        return f"{mean:.2f}"
-    return f"{mean:.2f} ± {math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)):.2f}"
+    return eval_lm_result(open(f"{out}/logs/eval-{run}-{split}.log").read()).ppl
+def mean_pm_std(values):
+    mean, std = mean_std(values)
+    return f"{mean:.2f}" if std is None else f"{mean:.2f} ± {std:.2f}"
 def parameters(run):  # as fairseq-eval-lm counts the loaded model's parameters (shared ones once)
-    text = open(f"{out}/logs/eval-{run}-test.log").read()
-    return int(re.findall(r"num\. model params: ([0-9,]+)", text)[-1].replace(",", ""))
+    return model_params(open(f"{out}/logs/eval-{run}-test.log").read())
 spread = "mean ± sample std over seeds " + " ".join(seeds) if len(seeds) > 1 else f"seed {seeds[0]}"
 rows = [f"Perplexity per token, {spread}.", "",
         "| arch | parameters | train seconds | valid ppl | test ppl |", "|---|---:|---:|---:|---:|"]
@@ -108,7 +105,7 @@ for arch in archs:
     runs = [f"{arch}-s{seed}" for seed in seeds]
     seconds = sum(int(open(f"{out}/logs/train-{run}.seconds").read()) for run in runs) / len(runs)
     rows.append(f"| {arch} | {parameters(runs[0]):,} | {seconds:.0f} | "
-                f"{mean_std([perplexity(r, 'valid') for r in runs])} | {mean_std([perplexity(r, 'test') for r in runs])} |")
+                f"{mean_pm_std([perplexity(r, 'valid') for r in runs])} | {mean_pm_std([perplexity(r, 'test') for r in runs])} |")
 if len(seeds) > 1:
     rows += ["", "| arch | seed | valid ppl | test ppl |", "|---|---:|---:|---:|"]
     rows += [f"| {arch} | {seed} | {perplexity(f'{arch}-s{seed}', 'valid'):.2f} | {perplexity(f'{arch}-s{seed}', 'test'):.2f} |"

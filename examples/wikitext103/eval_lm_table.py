@@ -28,10 +28,11 @@ import json
 import logging
 import math
 import os
-import re
 import sys
 import time
 import traceback
+
+from fairseq_urpe.fairseq_runs import evaluated_tokens, model_params
 
 
 class Capture(logging.Handler):
@@ -44,12 +45,9 @@ class Capture(logging.Handler):
     def emit(self, record):
         self.messages.append(record.getMessage())
 
-    def find(self, pattern):
-        for message in reversed(self.messages):
-            match = re.search(pattern, message)
-            if match:
-                return int(match.group(1).replace(",", ""))
-        return None
+    @property
+    def text(self):
+        return "\n".join(self.messages)
 
 
 def split_tokens(data, split):
@@ -96,7 +94,7 @@ def run_eval_lm(args, split, tokens_per_sample, context_window, absolute_learned
                 torch.cuda.empty_cache()
         except Exception:
             pass
-    return float(result["loss"]), capture.find(r"Evaluated ([\d,]+) tokens"), capture.find(r"num\. model params: ([\d,]+)")
+    return float(result["loss"]), evaluated_tokens(capture.text), model_params(capture.text)
 
 
 def evaluate(args, row, train_length, absolute_learned, words):

@@ -15,11 +15,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from experiments.sweeps import add_run_options, fill_from_preset
+from fairseq_urpe.fairseq_runs import fairseq_env, json_curve, mean_std, run
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = ("rpe", "urpe", "ape", "nope")
@@ -76,33 +78,21 @@ def train_command(out, task, model, seed, size, a):
 
 def run_one(job):
     cmd, log = job
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONUNBUFFERED="1")
-    start = time.time()
-    with open(log, "w") as handle:
-        handle.write(" ".join(cmd) + "\n")
-        handle.flush()
-        code = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=REPO).returncode
-    return code, time.time() - start
+    result = run(cmd, log=log, env=fairseq_env(threads=int(os.environ.get("OMP_NUM_THREADS", "1"))), cwd=REPO)
+    return result.returncode, result.seconds
 
 
 def parse_log(log):
     """``{"valid": [(updates, accuracy)], "train": [(updates, accuracy)]}`` from a JSON-format log."""
-    curves = {"valid": [], "train": []}
-    for line in Path(log).read_text().splitlines():
-        for tag, key in (("| valid |", "valid"), ("| train_inner |", "train")):
-            if tag in line and "{" in line:
-                record = json.loads(line[line.index("{"):])
-                prefix = "valid_" if key == "valid" else ""
-                updates = record.get(f"{prefix}num_updates")
-                accuracy = record.get(f"{prefix}accuracy")
-                if updates is not None and accuracy is not None:
-                    curves[key].append((int(updates), float(accuracy)))
-    return curves
+    text = Path(log).read_text()
+    return {"valid": json_curve(text, "valid", "valid_num_updates", "valid_accuracy"),
+            "train": json_curve(text, "train_inner", "num_updates", "accuracy")}
 
 
 def summarise(finals):
     """``(mean, sample std)`` of a list of accuracies (std 0 for one value)."""
-    return statistics.fmean(finals), (statistics.stdev(finals) if len(finals) > 1 else 0.0)
+    mean, std = mean_std(finals)
+    return mean, std or 0.0
 
 
 def plot(results, path):
@@ -147,14 +137,9 @@ def main(argv=None):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=None)
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--patience", type=int, default=0, help="stop a run after this many validations without a new best")
-    p.add_argument("--jobs", type=int, default=2, help="trainings at once")
-    p.add_argument("--gpu", action="store_true", help="train on the GPU (default: --cpu)")
-    p.add_argument("--extra", default="", help="more fairseq-train flags for every run")
-    p.add_argument("--out", default="benchmark-out/synthetic")
+    add_run_options(p, "benchmark-out/synthetic", "trainings at once")
     a = p.parse_args(argv)
-    for key, value in PRESETS[a.size].items():
-        if getattr(a, key, None) is None:
-            setattr(a, key, value)
+    fill_from_preset(a, PRESETS[a.size])
     seeds = [int(s) for s in a.seeds.split()]
     out = Path(a.out).resolve()
     (out / "logs").mkdir(parents=True, exist_ok=True)

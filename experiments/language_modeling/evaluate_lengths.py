@@ -12,20 +12,18 @@ Writes ``{"split", "train_length", "num_updates", "params", "rows": [{"factor", 
 """
 
 import argparse
-import importlib.util
 import json
 import os
 from pathlib import Path
 from types import SimpleNamespace
 
+from experiments.sweeps import load_script
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 def eval_lm_table():
-    spec = importlib.util.spec_from_file_location("eval_lm_table", REPO / "examples/wikitext103/eval_lm_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "examples/wikitext103/eval_lm_table.py")
 
 
 def main(argv=None):

@@ -4,16 +4,15 @@ binarized slice of the Brown corpus that every test shares.
 Nothing here is mocked: every tool runs as its own process with the interpreter running pytest.
 """
 
-import os
 import re
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Hashable, List, Optional
+from typing import Dict, Hashable, Optional
 
 import pytest
+
+from fairseq_urpe.fairseq_runs import Run, fairseq_command, fairseq_env, run
 
 REPO = Path(__file__).resolve().parents[2]
 BROWN = REPO / "data" / "brown"
@@ -32,31 +31,9 @@ THRESHOLD = 2  # --thresholdsrc: words seen once in the slice become <unk> (2.7k
 SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>")
 
 
-@dataclass
-class CliResult:
-    cmd: List[str]
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def output(self) -> str:
-        return self.stdout + self.stderr
-
-    def tail(self, chars: int = 4000) -> str:
-        return self.output[-chars:]
-
-    def check(self) -> "CliResult":
-        if self.returncode != 0:
-            raise AssertionError(
-                f"command failed with exit code {self.returncode}:\n  {' '.join(self.cmd)}\n"
-                f"--- last output ---\n{self.tail()}"
-            )
-        return self
-
-
 class FairseqCli:
-    """Runs ``fairseq-<tool>`` from the running interpreter's environment as a subprocess.
+    """Runs ``fairseq-<tool>`` from the running interpreter's environment as a subprocess
+    (:func:`fairseq_urpe.fairseq_runs.run`), in ``workdir``.
 
     Every process gets ``OMP_NUM_THREADS=1``: the suite runs two of them at a time on two cores, where
     more threads per process make torch many times slower (a tiny training took 40 s instead of 5.5 s
@@ -66,29 +43,12 @@ class FairseqCli:
 
     def __init__(self, workdir: Path):
         self.workdir = workdir
-        self.env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        self.env = fairseq_env(threads=1)
 
-    @staticmethod
-    def command(tool: str) -> List[str]:
-        script = Path(sys.executable).parent / f"fairseq-{tool}"
-        if script.exists():
-            return [str(script)]
-        return [sys.executable, "-m", f"fairseq_cli.{tool.replace('-', '_')}"]
+    def run(self, tool: str, *args, input: Optional[str] = None, timeout: float = 300) -> Run:
+        return run(fairseq_command(tool) + list(args), env=self.env, cwd=self.workdir, input=input, timeout=timeout)
 
-    def run(self, tool: str, *args, input: Optional[str] = None, timeout: float = 300) -> CliResult:
-        cmd = self.command(tool) + [str(a) for a in args]
-        proc = subprocess.run(
-            cmd,
-            input=input,
-            capture_output=True,
-            text=True,
-            cwd=self.workdir,
-            env=self.env,
-            timeout=timeout,
-        )
-        return CliResult(cmd, proc.returncode, proc.stdout, proc.stderr)
-
-    def run_many(self, jobs: Dict[Hashable, tuple], slots: int = 2) -> Dict[Hashable, CliResult]:
+    def run_many(self, jobs: Dict[Hashable, tuple], slots: int = 2) -> Dict[Hashable, Run]:
         """Run ``{key: (tool, args[, run_kwargs])}`` with at most ``slots`` processes at once."""
         with ThreadPoolExecutor(max_workers=slots) as pool:
             futures = {

@@ -33,6 +33,9 @@ from typing import Dict, List, Optional
 import pytest
 import torch
 
+from fairseq_urpe.fairseq_runs import EvalLm, Run, model_params, train_inner_losses, valid_losses
+from fairseq_urpe.fairseq_runs import eval_lm_result as parse_eval_lm
+
 REPO = Path(__file__).resolve().parents[2]
 USER_DIR = str(REPO / "fairseq_urpe")
 
@@ -99,34 +102,6 @@ def num_updates(checkpoint: dict) -> int:
     return checkpoint["optimizer_history"][-1]["num_updates"]
 
 
-def valid_losses(log: str, subset: str = "valid") -> List[float]:
-    """Base-2 losses of every validation fairseq-train logged, in order."""
-    return [float(x) for x in re.findall(rf"valid on '{subset}' subset \| loss ([-\w.]+) \|", log)]
-
-
-def train_inner_losses(log: str) -> Dict[int, str]:
-    """``{num_updates: loss}`` of the train_inner lines (the loss kept as the logged string)."""
-    return {int(n): loss for loss, n in re.findall(r"\| train_inner \|.* loss=([-\w.]+),.* num_updates=(\d+),", log)}
-
-
-def model_params(log: str) -> int:
-    return int(re.search(r"num\. shared model params: ([\d,]+)", log).group(1).replace(",", ""))
-
-
-@dataclass
-class EvalLm:
-    tokens: int
-    loss: float  # base 2
-    ppl: float
-
-
-def parse_eval_lm(output: str) -> EvalLm:
-    tokens = re.search(r"Evaluated ([\d,]+) tokens", output)
-    score = re.search(r"Loss \(base 2\): ([-\w.]+), Perplexity: ([-\w.]+)", output)
-    assert tokens and score, f"no result in fairseq-eval-lm output:\n{output[-3000:]}"
-    return EvalLm(int(tokens.group(1).replace(",", "")), float(score.group(1)), float(score.group(2)))
-
-
 @dataclass
 class Hypothesis:
     source: Optional[str]
@@ -162,7 +137,7 @@ def parse_hypotheses(stdout: str) -> Dict[int, Hypothesis]:
 class TrainRun:
     name: str
     save_dir: Path
-    result: "object"  # conftest.CliResult
+    result: Run
 
     @property
     def log(self) -> str:

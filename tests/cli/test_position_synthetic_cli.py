@@ -1,10 +1,9 @@
 """The task, criterion and encoder archs train a few updates through the real ``fairseq-train``, which
 logs the criterion's accuracy for training and validation."""
 
-import json
-
 import pytest
 
+from fairseq_urpe.fairseq_runs import json_records
 from tests.cli.conftest import REPO
 
 # (task, variant): both tasks and both relative variants; APE and NoPE are built and run forward by
@@ -28,10 +27,6 @@ def train_args(task, model, save_dir):
 def synthetic_runs(cli, tmp_path_factory):
     root = tmp_path_factory.mktemp("synthetic")
     return cli.run_many({key: ("train", train_args(*key, root / "_".join(key))) for key in RUNS})
-
-
-def json_records(output, tag):
-    return [json.loads(line[line.index("{"):]) for line in output.splitlines() if f"| {tag} |" in line and "{" in line]
 
 
 @pytest.mark.e2e

@@ -1,7 +1,6 @@
 """The language-model sweep (experiments/language_modeling): its corpus split, its statistics, and the whole
 pipeline (corpus, fairseq-train, fairseq-eval-lm at L/2L/4L, tables, plots) in --smoke mode."""
 
-import importlib.util
 import json
 import math
 import os
@@ -12,15 +11,13 @@ from pathlib import Path
 import pytest
 
 from experiments.language_modeling.brown_sweep import mean_std, paired_differences, parse_log, summarize
+from experiments.sweeps import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def load_make_slice():
-    spec = importlib.util.spec_from_file_location("make_slice", REPO / "data/brown/make_slice.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "data/brown/make_slice.py")
 
 
 def test_full_corpus_split_is_a_partition_of_the_500_files_by_genre_spanning_index():

@@ -21,6 +21,8 @@ from typing import Dict, Optional
 
 import pytest
 
+from fairseq_urpe.fairseq_runs import simple_records
+
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = REPO / "examples" / "wikitext103"
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "wikitext-103"
@@ -190,12 +192,7 @@ def num_updates(checkpoint: dict) -> int:
 
 def train_inner(log: str) -> Dict[int, dict]:
     """``{num_updates: {"loss": str, "wpb": float}}`` of fairseq-train's train_inner lines."""
-    out = {}
-    for line in log.splitlines():
-        if "| train_inner |" in line:
-            fields = dict(re.findall(r"(\w+)=([-\w.]+)", line))
-            out[int(fields["num_updates"])] = {"loss": fields["loss"], "wpb": float(fields["wpb"])}
-    return out
+    return {int(r["num_updates"]): {"loss": r["loss"], "wpb": float(r["wpb"])} for r in simple_records(log)}
 
 
 def weights(checkpoint: dict) -> Dict[str, "object"]:

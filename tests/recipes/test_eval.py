@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+from fairseq_urpe.fairseq_runs import valid_losses
+
 from .conftest import PIPELINE_ARCHS, SMOKE_MAX_UPDATE, run_recipe, train_inner  # noqa: F401
 
 L = 64  # train.sh's SMOKE block length
@@ -22,7 +24,7 @@ def rows_by(report_):
 
 def fairseq_train_last_valid_loss(recipe_runs, arch):
     log = (recipe_runs.dir / "logs" / f"train-{arch}-smoke.log").read_text()
-    return float(re.findall(r"valid on 'valid' subset \| loss ([\d.]+) \|", log)[-1])
+    return valid_losses(log)[-1]
 
 
 @pytest.mark.e2e

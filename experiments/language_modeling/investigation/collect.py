@@ -7,10 +7,8 @@ import re
 import sys
 from pathlib import Path
 
-from experiments.language_modeling.brown_sweep import mean_std
+from fairseq_urpe.fairseq_runs import mean_std, train_inner_losses, valid_results
 
-TRAIN = re.compile(r"\| train_inner \|.* loss=([0-9.]+),.* num_updates=(\d+),")
-VALID = re.compile(r"\| valid on 'valid' subset \| loss ([0-9.]+) \| ppl ([0-9.]+) \|.*\| num_updates (\d+)")
 ORDER = ["stock", "stock-nope", "stock-postnorm", "t5-zero", "t5-normal0.02", "t5-zero-b-lr10", "t5-alibi", "alibi",
          "urpe-zero", "urpe-zero-c-lr10", "stock-lr1e-3", "stock-postnorm-lr1e-3", "t5-zero-lr1e-3"]
 SEED = re.compile(r"-s(\d+)$")  # run "<config>-s<seed>"; seed 1 has the bare config name
@@ -18,8 +16,8 @@ SEED = re.compile(r"-s(\d+)$")  # run "<config>-s<seed>"; seed 1 has the bare co
 
 def curves(log):
     text = Path(log).read_text()
-    train = [(int(u), float(loss)) for loss, u in TRAIN.findall(text)]
-    valid = [(int(u), float(ppl)) for _, ppl, u in VALID.findall(text)]
+    train = [(u, float(loss)) for u, loss in train_inner_losses(text).items()]
+    valid = [(u, ppl) for _, ppl, u in valid_results(text)]
     return {"train_loss_base2": train, "valid_ppl": valid}
 
 
