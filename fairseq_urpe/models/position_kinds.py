@@ -21,6 +21,9 @@ from ..modules import (ALiBiBias, LearnedDistanceBias, LogBias, PositionModules,
                        ToeplitzReweighting)
 
 SCORES, QUERIES_KEYS = "position_bias", "rotary"  # the PositionModules slots a kind can fill
+# What the modules' errors call their arguments: the options that set them.
+BIAS_OPTIONS = {"num_buckets": "--rpe-num-buckets", "max_distance": "--rpe-max-distance", "start": "--rpe-init"}
+TOEPLITZ_OPTIONS = {"parameterisation": "--urpe-toeplitz", "beyond_max": "--urpe-beyond-max"}
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,8 @@ class PositionKind:
 
 POSITION_KINDS: Dict[str, PositionKind] = {
     "t5": PositionKind(
-        T5RelativeBias, lambda s, o: (s.num_heads, o.rpe_num_buckets, o.rpe_max_distance, s.bidirectional, str(o.rpe_init)),
+        T5RelativeBias,
+        lambda s, o: (s.num_heads, o.rpe_num_buckets, o.rpe_max_distance, s.bidirectional, str(o.rpe_init), BIAS_OPTIONS),
         "learned scalar per head and log-spaced distance bucket (T5)",
         reads=("rpe_num_buckets", "rpe_max_distance", "rpe_init"), arch="rpe"),
     "alibi": PositionKind(
@@ -81,7 +85,7 @@ POSITION_KINDS: Dict[str, PositionKind] = {
         LogBias, lambda s, o: (s.num_heads, o.rpe_slopes == "learned"), "-m log(1+|k|), Wang & E's log-RPE",
         reads=("rpe_slopes",), slopes="learned"),
     "learned": PositionKind(
-        LearnedDistanceBias, lambda s, o: (s.num_heads, o.rpe_max_distance, s.bidirectional, str(o.rpe_init)),
+        LearnedDistanceBias, lambda s, o: (s.num_heads, o.rpe_max_distance, s.bidirectional, str(o.rpe_init), BIAS_OPTIONS),
         "learned scalar per head and distance up to --rpe-max-distance (Shaw et al.)",
         reads=("rpe_max_distance", "rpe_init")),
     "rope": PositionKind(
@@ -140,8 +144,10 @@ def build_toeplitz(cfg, num_heads: int, bidirectional: bool) -> Optional[Toeplit
     if cfg.urpe_toeplitz == "none":
         return None
     if cfg.urpe_toeplitz == "bucketed":
-        return ToeplitzReweighting(num_heads, "bucketed", cfg.rpe_num_buckets, cfg.rpe_max_distance, bidirectional)
+        return ToeplitzReweighting(num_heads, "bucketed", cfg.rpe_num_buckets, cfg.rpe_max_distance, bidirectional,
+                                   names={**TOEPLITZ_OPTIONS, **BIAS_OPTIONS})
     if cfg.urpe_max_distance is None:
         raise ValueError("--urpe-toeplitz unique needs --urpe-max-distance (or --tokens-per-sample)")
     return ToeplitzReweighting(num_heads, str(cfg.urpe_toeplitz), max_distance=cfg.urpe_max_distance,
-                               bidirectional=bidirectional, beyond_max=str(cfg.urpe_beyond_max))
+                               bidirectional=bidirectional, beyond_max=str(cfg.urpe_beyond_max),
+                               names={**TOEPLITZ_OPTIONS, "max_distance": "--urpe-max-distance"})

@@ -86,12 +86,13 @@ class ClippedIndex:
     """``distance -> clipped_distance_index(distance)``: one entry per distance ``|i - j| <= max_distance``
     (``max_distance + 1`` entries causal, ``2 max_distance + 1`` bidirectional).
 
-    Farther distances read the last entry (``beyond_max="clamp"``) or raise (``"error"``), naming the
-    option ``name`` that sets ``max_distance``.
+    Farther distances read the last entry (``beyond_max="clamp"``) or raise (``"error"``). ``names``: what
+    errors call ``max_distance`` and ``beyond_max`` (the config layer passes its options' names).
     """
 
     def __init__(self, max_distance: int, bidirectional: bool = False, beyond_max: str = "clamp",
-                 name: str = "max_distance"):
+                 names=("max_distance", "beyond_max")):
+        name, self.beyond_name = names
         if max_distance <= 0:
             raise ValueError(f"{name} must be a positive integer, got {max_distance}")
         self.max_distance, self.bidirectional, self.beyond_max, self.name = max_distance, bidirectional, beyond_max, name
@@ -106,7 +107,7 @@ class ClippedIndex:
             if longest > self.max_distance:
                 raise ValueError(
                     f"the per-distance table covers distances up to {self.name}={self.max_distance} but the "
-                    f"input needs {longest}; raise {self.name} or use --urpe-beyond-max clamp"
+                    f"input needs {longest}; raise {self.name} or use {self.beyond_name} clamp"
                 )
         return clipped_distance_index(distance, self.max_distance, self.bidirectional)
 

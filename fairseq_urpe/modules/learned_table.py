@@ -53,10 +53,12 @@ class LearnedTable(RelativePositionFunction):
 
 class LearnedBias(LearnedTable):
     """A learned bias ``b``: a :class:`LearnedTable` that starts at ``start``, ``"zero"`` (flat, as T5) or
-    ``"alibi"`` (ALiBi's line ``-m_h |d|`` at each entry's nearest distance; see :func:`reset_bias`)."""
+    ``"alibi"`` (ALiBi's line ``-m_h |d|`` at each entry's nearest distance; see :func:`reset_bias`).
+    ``start_name``: what errors call ``start``."""
 
-    def __init__(self, num_heads: int, index: Union[BucketIndex, ClippedIndex], start: str = "zero"):
-        check_bias_start(start)
+    def __init__(self, num_heads: int, index: Union[BucketIndex, ClippedIndex], start: str = "zero",
+                 start_name: str = "start"):
+        check_bias_start(start, start_name)
         self.start = start  # read by reset_parameters, which LearnedTable's __init__ calls
         super().__init__(num_heads, index)
 
@@ -67,9 +69,9 @@ class LearnedBias(LearnedTable):
 BIAS_STARTS = ("alibi", "zero")
 
 
-def check_bias_start(start: str) -> None:
+def check_bias_start(start: str, name: str = "start") -> None:
     if start not in BIAS_STARTS:
-        raise ValueError(f"--rpe-init must be one of {', '.join(BIAS_STARTS)}; got {start!r}")
+        raise ValueError(f"{name} must be one of {', '.join(BIAS_STARTS)}; got {start!r}")
 
 
 def reset_bias(table: LearnedTable, start: str) -> None:

@@ -1,5 +1,7 @@
 """The RPE bias ``B_ij = b_h(bucket(i - j))``: T5's learned scalar per head and log-spaced bucket."""
 
+from typing import Mapping
+
 from .distance_index import BucketIndex
 from .learned_table import LearnedBias
 
@@ -11,11 +13,12 @@ class T5RelativeBias(LearnedBias):
     bucket's nearest distance ``d`` (``--rpe-init``; see :func:`reset_bias`).
 
     ``forward(query_positions (T,), key_positions (S,)) -> (H, T, S)`` bias (at least float32), added to the
-    attention scores before the softmax.
+    attention scores before the softmax. ``names``: what errors call the arguments (default: their names).
     """
 
     def __init__(self, num_heads: int, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = False,
-                 start: str = "zero"):
-        index = BucketIndex(num_buckets, max_distance, bidirectional, names=("--rpe-num-buckets", "--rpe-max-distance"))
-        super().__init__(num_heads, index, start)
+                 start: str = "zero", names: Mapping[str, str] = {}):
+        index = BucketIndex(num_buckets, max_distance, bidirectional,
+                            names=(names.get("num_buckets", "num_buckets"), names.get("max_distance", "max_distance")))
+        super().__init__(num_heads, index, start, names.get("start", "start"))
         self.num_buckets = num_buckets

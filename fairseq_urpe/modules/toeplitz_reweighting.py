@@ -1,5 +1,7 @@
 """URPE's learnable Toeplitz reweighting ``C_ij = c_h(i - j)`` (Luo et al., NeurIPS 2022, eq. 3)."""
 
+from typing import Mapping
+
 from torch import nn
 
 from .distance_index import BucketIndex, ClippedIndex
@@ -21,6 +23,8 @@ class ToeplitzReweighting(LearnedTable):
         :class:`LearnedDistanceBias`. Beyond the table, ``beyond_max="clamp"`` reuses the entry at
         ``max_distance`` and ``beyond_max="error"`` raises. Causal tables hold distances ``0..max_distance``
         (future keys, which the mask removes, read entry 0); bidirectional tables also ``-max_distance..-1``.
+
+    ``names``: what errors call the arguments (default: their names; the config layer passes its options').
     """
 
     def __init__(
@@ -31,15 +35,18 @@ class ToeplitzReweighting(LearnedTable):
         max_distance: int = 128,
         bidirectional: bool = False,
         beyond_max: str = "clamp",
+        names: Mapping[str, str] = {},
     ):
+        name = {k: names.get(k, k) for k in ("parameterisation", "num_buckets", "max_distance", "beyond_max")}
         if parameterisation not in PARAMETERISATIONS:
-            raise ValueError(f"--urpe-toeplitz must be one of {', '.join(PARAMETERISATIONS)}; got {parameterisation!r}")
+            raise ValueError(f"{name['parameterisation']} must be one of {', '.join(PARAMETERISATIONS)}; "
+                             f"got {parameterisation!r}")
         if beyond_max not in BEYOND_MAX:
-            raise ValueError(f"--urpe-beyond-max must be one of {', '.join(BEYOND_MAX)}; got {beyond_max!r}")
+            raise ValueError(f"{name['beyond_max']} must be one of {', '.join(BEYOND_MAX)}; got {beyond_max!r}")
         if parameterisation == "bucketed":  # c shares b's buckets
-            index = BucketIndex(num_buckets, max_distance, bidirectional, names=("--rpe-num-buckets", "--rpe-max-distance"))
+            index = BucketIndex(num_buckets, max_distance, bidirectional, names=(name["num_buckets"], name["max_distance"]))
         else:
-            index = ClippedIndex(max_distance, bidirectional, beyond_max, name="--urpe-max-distance")
+            index = ClippedIndex(max_distance, bidirectional, beyond_max, names=(name["max_distance"], name["beyond_max"]))
         super().__init__(num_heads, index)
         self.parameterisation = parameterisation
 

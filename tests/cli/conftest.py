@@ -114,3 +114,25 @@ def brown_data(tmp_path_factory, cli) -> BrownData:
         tokens[split] = int(match.group(2))
         assert (bin_dir / f"{split}.bin").is_file(), f"fairseq-preprocess did not write split {split}"
     return BrownData(root=root, bin=bin_dir, vocab_size=vocab_size, tokens=tokens, words=frozenset(words))
+
+
+@pytest.fixture(scope="session")
+def trainings(cli, brown_data, tmp_path_factory):
+    """Every fairseq-train run the end-to-end tests read (lm_runs.Trainings), started once, in the background."""
+    from tests.cli.lm_runs import Trainings
+
+    runs = Trainings(cli, brown_data, tmp_path_factory.mktemp("train"))
+    yield runs
+    runs.close()
+
+
+@pytest.fixture
+def one_torch_thread():
+    """In-process model runs with one thread, like the subprocesses (two threads on two busy cores
+    can make torch many times slower)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fairseq_urpe.models.architectures import variants
-from tests.cli.test_end_to_end import eval_lm_args, load_checkpoint, num_updates, parse_eval_lm, train_args
+from tests.cli.lm_runs import eval_lm_args, load_checkpoint, num_updates, parse_eval_lm, train_args
 
 VARIANTS = sorted(v for v in variants() if "ape" not in v)  # 5 bias kinds x 2 x 2 = 20, RoPE x 2 = 22
 TPS, UPDATES = 32, 6

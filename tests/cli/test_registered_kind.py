@@ -12,7 +12,7 @@ from torch import nn
 from fairseq_urpe.fairseq_runs import eval_lm_result, fairseq_command, fairseq_env, run
 from fairseq_urpe.modules import RelativePositionFunction
 from fairseq_urpe.modules.precision import at_least_float32
-from tests.cli.test_end_to_end import REPO, load_checkpoint, parse_hypotheses
+from tests.cli.lm_runs import REPO, load_checkpoint, parse_hypotheses
 
 KIND = "sqrt_test"
 HEADS, TPS, UPDATES = 4, 64, 12

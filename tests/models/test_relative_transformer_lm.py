@@ -148,6 +148,7 @@ def test_unknown_choices_are_refused_by_the_parser_naming_the_option(build_lm, c
         (["--rpe-max-distance", "0"], "--rpe-max-distance must be greater than the 16 exact buckets"),
         (["--urpe-toeplitz", "unique", "--urpe-max-distance", "0"], "--urpe-max-distance must be a positive integer, got 0"),
         (["--urpe-toeplitz", "unique", "--urpe-max-distance", "-5"], "--urpe-max-distance must be a positive integer"),
+        (["--rpe-kind", "learned", "--rpe-max-distance", "0"], "--rpe-max-distance must be a positive integer, got 0"),
     ],
 )
 def test_impossible_sizes_are_refused_when_building_naming_the_option(build_lm, flags, message):

@@ -106,8 +106,8 @@ def test_learned_distance_bias_clips_beyond_max_distance(bidirectional):
 
 @pytest.mark.parametrize("max_distance", [0, -3])
 def test_learned_distance_bias_refuses_non_positive_max_distance(max_distance):
-    with pytest.raises(ValueError, match=f"--rpe-max-distance must be a positive integer, got {max_distance}"):
-        LearnedDistanceBias(2, max_distance)
+    with pytest.raises(ValueError, match=f"^max_distance must be a positive integer, got {max_distance}"):
+        LearnedDistanceBias(2, max_distance)  # a module names its argument; the config layer names the option
 
 
 @pytest.mark.parametrize(

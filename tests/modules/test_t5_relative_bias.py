@@ -23,10 +23,13 @@ def test_bias_starts_at_zero_and_is_float32_for_half_parameters():
     assert out.dtype == torch.float32 and not out.any()
 
 
-@pytest.mark.parametrize("buckets,distance,flag", [(0, 128, "--rpe-num-buckets"), (32, 8, "--rpe-max-distance")])
-def test_bad_bias_options_name_the_flag(buckets, distance, flag):
-    with pytest.raises(ValueError, match=flag):
+@pytest.mark.parametrize("buckets,distance,name", [(0, 128, "num_buckets"), (32, 8, "max_distance")])
+def test_bad_bias_arguments_are_named_as_the_caller_says(buckets, distance, name):
+    with pytest.raises(ValueError, match=f"^{name} must be"):  # a module names its argument, no flag
         T5RelativeBias(num_heads=2, num_buckets=buckets, max_distance=distance)
+    flag = "--" + name.replace("_", "-")  # the config layer passes its options' names
+    with pytest.raises(ValueError, match=f"^{flag} must be"):
+        T5RelativeBias(num_heads=2, num_buckets=buckets, max_distance=distance, names={name: flag})
 
 
 @pytest.mark.parametrize("bidirectional", [False, True])
@@ -53,7 +56,7 @@ def test_learned_distance_bias_alibi_start_is_alibis_line_up_to_the_clip(bidirec
 
 
 @pytest.mark.parametrize("make", [lambda s: T5RelativeBias(2, start=s), lambda s: LearnedDistanceBias(2, start=s)])
-def test_bad_start_names_the_flag(make):
+def test_bad_start_names_the_argument(make):
     assert not make("zero").weight.any()
-    with pytest.raises(ValueError, match="--rpe-init"):
+    with pytest.raises(ValueError, match="^start must be one of alibi, zero; got 'normal'"):
         make("normal")

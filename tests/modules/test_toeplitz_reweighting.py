@@ -41,20 +41,23 @@ def test_unique_has_one_entry_per_distance_and_clamps_beyond(bidirectional):
 def test_unique_error_mode_refuses_lengths_beyond_the_table():
     c = ToeplitzReweighting(2, "unique", max_distance=6, beyond_max="error")
     c(torch.arange(7), torch.arange(7))  # distance 6 is in the table
-    with pytest.raises(ValueError, match="--urpe-max-distance=6 but the input needs 7"):
+    with pytest.raises(ValueError, match="max_distance=6 but the input needs 7; raise max_distance or use beyond_max clamp"):
         c(torch.arange(8), torch.arange(8))
 
 
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        (dict(parameterisation="sparse"), "--urpe-toeplitz must be one of bucketed, unique; got 'sparse'"),
-        (dict(parameterisation="unique", max_distance=0), "--urpe-max-distance must be a positive integer, got 0"),
-        (dict(parameterisation="unique", max_distance=-3), "--urpe-max-distance must be a positive integer"),
-        (dict(parameterisation="unique", beyond_max="wrap"), "--urpe-beyond-max must be one of clamp, error"),
-        (dict(parameterisation="bucketed", num_buckets=0), "--rpe-num-buckets must be an integer >= 2"),
+        (dict(parameterisation="sparse"), "^parameterisation must be one of bucketed, unique; got 'sparse'"),
+        (dict(parameterisation="unique", max_distance=0), "^max_distance must be a positive integer, got 0"),
+        (dict(parameterisation="unique", max_distance=-3), "^max_distance must be a positive integer"),
+        (dict(parameterisation="unique", beyond_max="wrap"), "^beyond_max must be one of clamp, error"),
+        (dict(parameterisation="bucketed", num_buckets=0), "^num_buckets must be an integer >= 2"),
+        (dict(parameterisation="sparse", names={"parameterisation": "--urpe-toeplitz"}),
+         "^--urpe-toeplitz must be one of bucketed, unique"),  # what the config layer passes
     ],
 )
-def test_bad_toeplitz_options_name_the_flag(kwargs, message):
+def test_bad_toeplitz_arguments_are_named_as_the_caller_says(kwargs, message):
+    """A module names its arguments (no command-line flag); the config layer passes its options' names."""
     with pytest.raises(ValueError, match=message):
         ToeplitzReweighting(2, **kwargs)
