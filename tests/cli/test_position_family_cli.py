@@ -2,7 +2,7 @@
 RoPE x {RPE, URPE} (it needs the dot product), trains a few updates with the real ``fairseq-train`` and is scored by the real ``fairseq-eval-lm`` at
 3x its training length. The ``ape`` variants (kind none plus fairseq's absolute embeddings, bounded
 at their table) are built and decoded in tests/models; stock absolute positions run end to end in
-test_end_to_end."""
+test_train.py; command lines from lm_runs.py."""
 
 import math
 

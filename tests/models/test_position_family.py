@@ -2,6 +2,7 @@
 inputs, bad flag combinations, and checkpoints written before the family existed."""
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
