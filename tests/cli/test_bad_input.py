@@ -54,7 +54,7 @@ def test_unique_toeplitz_trains_within_its_max_distance(trainings):
     assert (model_cfg["urpe_toeplitz"], model_cfg["urpe_beyond_max"]) == ("unique", "error")
     assert model_cfg["urpe_max_distance"] == UNIQUE_MAX_DISTANCE
     # One entry per distance 0..max_distance, per head.
-    assert checkpoint["model"]["decoder.layers.0.self_attn.toeplitz.weight"].shape == (HEADS, UNIQUE_MAX_DISTANCE + 1)
+    assert checkpoint["model"]["decoder.toeplitz.weight"].shape == (HEADS, UNIQUE_MAX_DISTANCE + 1)
     # Inputs of --tokens-per-sample 16 (distances <= 15) train and validate fine.
     losses = valid_losses(run.log)
     assert losses and all(math.isfinite(x) for x in losses), run.result.tail()

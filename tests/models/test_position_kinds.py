@@ -124,3 +124,11 @@ def test_the_encoder_builds_every_kind_from_the_registry_too():
     model, task = build("relative_encoder_rpe_tiny", "--rpe-kind", "rope")
     assert isinstance(model.encoder.rotary, RotaryEmbedding) and model.encoder.layers[0].self_attn.position_bias is None
     assert model(**tokens(task)["net_input"])[0].isfinite().all()
+
+
+def test_the_modules_package_exports_every_kind_s_module():
+    import fairseq_urpe.modules as modules
+
+    for name, kind in POSITION_KINDS.items():
+        if kind.module is not None:
+            assert kind.module.__name__ in modules.__all__ and getattr(modules, kind.module.__name__) is kind.module, name
