@@ -81,3 +81,22 @@ def test_resuming_an_old_layout_checkpoint_with_reset_optimizer_trains_on_and_sa
     state = torch.load(reset.save / "checkpoint_last.pt", weights_only=False)["model"]
     assert not any(SHARED_KEY.fullmatch(k) for k in state)
     assert {"decoder.position_bias.weight", "decoder.toeplitz.weight"} <= state.keys()
+
+
+def test_an_encoder_state_dict_of_the_per_layer_layout_upgrades_too():
+    from tests.models.test_relative_encoder import build
+
+    model, _ = build("relative_encoder_urpe_tiny")
+    with torch.no_grad():
+        model.encoder.toeplitz.weight.uniform_(0.5, 1.5)
+    old = {}
+    for key, value in model.state_dict().items():  # the per-layer layout: a copy under every layer
+        slot = re.fullmatch(r"encoder\.((position_bias|toeplitz)\..+)", key)
+        for i in range(len(model.encoder.layers)) if slot else ():
+            old[f"encoder.layers.{i}.self_attn.{slot.group(1)}"] = value.clone()
+        if not slot:
+            old[key] = value
+    fresh, _ = build("relative_encoder_urpe_tiny")
+    fresh.load_state_dict(old)
+    assert torch.equal(fresh.encoder.toeplitz.weight, model.encoder.toeplitz.weight)
+    assert fresh.state_dict().keys() == model.state_dict().keys()
