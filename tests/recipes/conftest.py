@@ -157,7 +157,7 @@ class RecipeRuns:
         """Seconds of each finished run, for the session's log (pytest -s shows it)."""
         parts = []
         for name, job in self._jobs.items():
-            if job.done() and not job.exception():
+            if job.done() and not job.cancelled() and not job.exception():
                 result = job.result()
                 runs = result.items() if isinstance(result, dict) else [("", result)]
                 parts += [f"{name}{'/' + key if key else ''} {run.seconds:.0f}s" for key, run in runs if isinstance(run, Run)]
