@@ -4,11 +4,11 @@ Needs only torch and triton (the kernel is loaded from its file, so fairseq need
 
 On a CUDA GPU (the issue's target: length 2048, head dim 64, bfloat16, forward+backward within 1.3x of
 ``scaled_dot_product_attention`` with the flash backend and no bias):
-    python benchmarks/fused_kernel.py                                 # checks against the reference, then times
-    python benchmarks/fused_kernel.py --blocks '{"forward": [64, 64, 4]}'   # try other tiles
+    python -m benchmarks.fused_kernel                                 # checks against the reference, then times
+    python -m benchmarks.fused_kernel --blocks '{"forward": [64, 64, 4]}'   # try other tiles
 
 Anywhere (no GPU needed): compile the kernels for sm_90 and sm_80 and report registers, spills, shared memory:
-    python benchmarks/fused_kernel.py --compile-check
+    python -m benchmarks.fused_kernel --compile-check
 """
 
 import argparse
@@ -68,9 +68,11 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
     pointers = {name: f"*{element}" for name in ("Q", "K", "V", "DO", "Out", "DQ", "DK", "DV")}
     pointers.update({name: "*fp32" for name in ("BIAS", "CTAB", "RowMax", "RowSum", "Delta", "DBIAS", "DC")})
     pointers["PAD"], pointers["SEED"] = "*i8", "*i64"
-    scalars = {"scale": "fp32", "dropout_p": "fp32", "seed": "i64"}
+    scalars = {"scale": "fp32", "dropout_p": "fp32", "seed": "i64", "qk_scale": "fp32", "log2e": "fp32",
+               "keep_scale": "fp32", "keep_threshold": "i32"}
     common = dict(HAS_BIAS=tables[0], HAS_C=tables[1], HAS_PAD=True, HAS_DROPOUT=dropout,
-                  D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), PRECISION=precision, ACC=tl.float32)
+                  D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), PRECISION=precision, ACC=tl.float32,
+                  EXP2=True)
     in_dq = cfg["table_grads"] == "dq"
     jobs = {
         "forward": (kernel._forward_kernel, cfg["forward"], {}),
@@ -252,8 +254,7 @@ def main(argv=None):
     parser.add_argument("--blocks", default=None, help="JSON overriding the kernel's tiles, e.g. '{\"dq\": [64, 32, 4, 2]}'")
     parser.add_argument("--json", default="benchmarks/results/fused_kernel.json")
     args = parser.parse_args(argv)
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from benchmarks.common import command_line, machine, print_machine, write_json
+    from benchmarks.common import command_line, machine, print_machine, write_json  # fairseq-free
 
     info = machine()
     print_machine(info)
