@@ -44,6 +44,7 @@ if [ "$GPU" = 0 ]; then
   codes=()
   for section in $SECTIONS; do codes+=("$section=$code"); done
   "$PYTHON" -m benchmarks.gpu_check --json "$OUT.json" --report "$OUT.md" --exit-codes "$(IFS=,; echo "${codes[*]}")"
+  awk '/^## Targets/{p=1} /^## /&&!/Targets/{p=0} p' "$OUT.md" >&2  # measured beside predicted
   echo "== gpu_check: done (CPU mode) in $(($(date +%s) - start0))s; $OUT.md" >&2
   exit 0
 fi
@@ -72,4 +73,5 @@ for i in "${!sections[@]}"; do
   codes+=("$section=$code")
 done
 "$PYTHON" -m benchmarks.gpu_check --json "$OUT.json" --report "$OUT.md" --exit-codes "$(IFS=,; echo "${codes[*]}")"
+awk '/^## Targets/{p=1} /^## /&&!/Targets/{p=0} p' "$OUT.md" >&2  # measured beside predicted
 echo "== gpu_check: done in $(($(date +%s) - start))s; $OUT.md" >&2

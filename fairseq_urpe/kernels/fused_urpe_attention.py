@@ -42,11 +42,12 @@ MAX_TILE = 128  # the most rows (keys) of a tile: in-tile offsets (MAX_TILE - 1)
 
 
 @triton.jit
-def _table_tile(TABLE, first, distance, T, L: tl.constexpr, M: tl.constexpr, N: tl.constexpr):
-    """The (M, N) tile ``TABLE[distance]`` (0 outside the table's 0 .. T - 1), all distances within
-    ``first .. first + L - 1``: one load of that slice, expanded in registers by a gather."""
+def _table_tile(TABLE, first, distance, T, L: tl.constexpr, M: tl.constexpr, N: tl.constexpr, factor=1.0):
+    """The (M, N) tile ``factor * TABLE[distance]`` (0 outside the table's 0 .. T - 1), all distances within
+    ``first .. first + L - 1``: one load of that slice (scaled there, L entries, not M N), expanded in
+    registers by a gather."""
     d = first + tl.arange(0, L)
-    entries = tl.load(TABLE + d, mask=(d >= 0) & (d < T), other=0.0)  # (L,)
+    entries = tl.load(TABLE + d, mask=(d >= 0) & (d < T), other=0.0) * factor  # (L,)
     return tl.reshape(tl.gather(entries, tl.reshape(distance - first, [M * N]), 0), [M, N])
 
 
@@ -99,7 +100,7 @@ def _scores(q, k, TABLE, first, distance, T, qk_scale, log2e,
     """``log2(e) (scale q k^T + B)`` (M, N) of one tile (``log2e`` 1 where the scores stay in base e)."""
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * qk_scale
     if HAS_BIAS:
-        s += _table_tile(TABLE, first, distance, T, SLICE, M, N) * log2e
+        s += _table_tile(TABLE, first, distance, T, SLICE, M, N, log2e)
     return s
 
 
@@ -496,35 +497,60 @@ def _dropout_mask_kernel(SEED, Out, T, keep_threshold, keep_scale, BLOCK: tl.con
         tl.store(Out + offs[:, None] * T + cols[None, :], z, mask=(rows[:, None] < T) & (cols[None, :] < T))
 
 
-# Tiles (BLOCK_M queries, BLOCK_N keys, warps, pipeline stages) of the three kernels per (dtype: 16-bit,
-# TF32 or full float32; head dim <= 64 or wider). Chosen on a machine without a GPU with
-# benchmarks/fused_kernel.py --compile-check (sm_90, all tables, padding and dropout on): the largest tiles
-# that ptxas compiles without register spills, with wgmma wherever there are tensor cores to use. Only
-# TF32 at head dim 128 spills (dK/dV: 120-140 bytes with every tile that keeps wgmma), and full float32
-# (forced only) 4 bytes. Untimed: benchmarks/fused_kernel.py --blocks tries others on a GPU.
+# Tiles (BLOCK_M queries, BLOCK_N keys, warps, pipeline stages) of the three kernels per architecture
+# (sm_90: H100/H200; sm_80: A100, 163 KB of shared memory per block; sm_86: sm_86/87/89 and older, 99 KB),
+# kind of product (16-bit, TF32 or full float32) and head dim (<= 64 or wider). Chosen on a machine without
+# a GPU with benchmarks/fused_kernel.py --compile-check (all tables, padding and dropout on, the most
+# registers): the largest tiles that ptxas compiles without register spills under both tested tritons
+# (3.7.1, 3.9.0), with wgmma on sm_90 wherever there are tensor cores to use. The dK/dV tile holds 64 or
+# 128 keys; its query step is 16 at head dim 128 (32 spills 72 bytes on sm_90). 16-bit is checked on every
+# architecture (sm_86 has the sm_80 tiles: under 99 KB); TF32 and float32 (not what training runs) on
+# sm_90 only: TF32 at head dim 128 spills a little in dK/dV with any tile that keeps wgmma. Untimed:
+# python -m benchmarks.fused_kernel --blocks tries others on a GPU.
 GPU_BLOCKS = {
-    ("16-bit", 64): dict(forward=(128, 64, 8, 2), dkdv=(32, 128, 8, 2), dq=(128, 32, 8, 2)),
-    ("16-bit", 128): dict(forward=(128, 64, 8, 2), dkdv=(16, 64, 8, 2), dq=(64, 32, 4, 2)),
-    ("tf32", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(128, 32, 8, 2)),
-    ("tf32", 128): dict(forward=(128, 32, 8, 2), dkdv=(32, 64, 8, 2), dq=(64, 16, 8, 2)),
-    ("float32", 64): dict(forward=(32, 32, 4, 2), dkdv=(16, 32, 4, 2), dq=(64, 32, 8, 2)),  # no tensor cores
-    ("float32", 128): dict(forward=(32, 16, 4, 2), dkdv=(16, 32, 4, 2), dq=(32, 16, 4, 2)),
+    ("sm_90", "16-bit", 64): dict(forward=(128, 64, 8, 2), dkdv=(32, 128, 8, 2), dq=(128, 32, 8, 2)),
+    ("sm_90", "16-bit", 128): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(64, 16, 4, 2)),
+    ("sm_80", "16-bit", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 128, 8, 2), dq=(128, 16, 8, 2)),
+    ("sm_80", "16-bit", 128): dict(forward=(64, 32, 4, 2), dkdv=(16, 64, 8, 2), dq=(16, 32, 4, 2)),
+    ("sm_86", "16-bit", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 128, 8, 2), dq=(128, 16, 8, 2)),
+    ("sm_86", "16-bit", 128): dict(forward=(64, 32, 4, 2), dkdv=(16, 64, 8, 2), dq=(16, 32, 4, 2)),
+    ("sm_90", "tf32", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(128, 32, 8, 2)),
+    ("sm_90", "tf32", 128): dict(forward=(128, 32, 8, 2), dkdv=(32, 64, 8, 2), dq=(64, 16, 8, 2)),
+    ("sm_90", "float32", 64): dict(forward=(32, 32, 4, 2), dkdv=(16, 32, 4, 2), dq=(64, 32, 8, 2)),  # no tensor cores
+    ("sm_90", "float32", 128): dict(forward=(32, 16, 4, 2), dkdv=(16, 32, 4, 2), dq=(32, 16, 4, 2)),
 }
 TABLE_GRADS = "dq"
 # Under the interpreter: small tiles, both shapes of dK/dQ tiles, so tests exercise both shears.
 INTERPRETER_BLOCKS = dict(forward=(16, 16, 1, 1), dkdv=(16, 32, 1, 1), dq=(32, 16, 1, 1), table_grads="dq")
 
 
-def gpu_blocks(head_dim: int, dtype: torch.dtype, precision: Optional[str] = None) -> dict:
-    """The tiles the kernels use on a GPU for this head dim and dtype (float32: TF32 products where torch
-    allows them now, or as ``precision``, "tf32" or "ieee", says)."""
+def architecture(capability) -> str:
+    """The tile table's architecture for a compute capability ``(major, minor)``: sm_90 from Hopper on,
+    sm_80 for the A100's 8.0, sm_86 (99 KB of shared memory per block, or less) otherwise."""
+    if tuple(capability) >= (9, 0):
+        return "sm_90"
+    return "sm_80" if tuple(capability) == (8, 0) else "sm_86"
+
+
+def gpu_blocks(head_dim: int, dtype: torch.dtype, precision: Optional[str] = None, capability=None) -> dict:
+    """The tiles the kernels use on a GPU of ``capability`` (default: the current device's, or sm_90 where
+    there is none) for this head dim and dtype (float32: TF32 products where torch allows them now, or as
+    ``precision``, "tf32" or "ieee", says)."""
     precision = precision or _precision(dtype)
     kind = {"tf32": "tf32", "ieee": "float32"}[precision] if dtype == torch.float32 else "16-bit"
-    return dict(GPU_BLOCKS[kind, 64 if head_dim <= 64 else 128], table_grads=TABLE_GRADS)
+    if capability is None:
+        capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else (9, 0)
+    arch = architecture(capability)
+    width = 64 if head_dim <= 64 else 128
+    tiles = GPU_BLOCKS.get((arch, kind, width), GPU_BLOCKS["sm_90", kind, width])
+    return dict(tiles, table_grads=TABLE_GRADS)
 
 
 def _blocks(device: torch.device, head_dim: int, dtype: torch.dtype, blocks: Optional[dict]) -> dict:
-    chosen = dict(INTERPRETER_BLOCKS) if device.type == "cpu" else gpu_blocks(head_dim, dtype)
+    if device.type == "cpu":
+        chosen = dict(INTERPRETER_BLOCKS)
+    else:
+        chosen = gpu_blocks(head_dim, dtype, capability=torch.cuda.get_device_capability(device))
     chosen.update(blocks or {})
     return chosen
 

@@ -161,14 +161,16 @@ def test_the_check_runs_in_the_callers_layout_and_scale_at_a_multiple_of_128_and
     assert kernel_error(CONFIG) is None
     lengths = [length for length, *_ in seen]
     assert sorted(lengths) == sorted(check_lengths(torch.device("cpu")))
-    assert any(t % 128 == 0 for t in lengths) and any(t % 2 == 1 for t in lengths)
+    assert any(t % 16 == 0 for t in lengths) and any(t % 2 == 1 for t in lengths)
+    on_gpu = check_lengths(torch.device("cuda"))  # a multiple of 128 (training's 2048 is one) and an odd one
+    assert any(t % 128 == 0 for t in on_gpu) and any(t % 2 == 1 and t > 2 * 128 for t in on_gpu)
     batch, heads, d = 2, 2, CONFIG.head_dim
     for length, *strides, scale in seen:
         assert strides == [(heads * d, d, batch * heads * d, 1)] * 3 and scale == 1.0
 
 
 @pytest.mark.parametrize("only_when,length", [
-    (lambda q: q.size(2) % 16 == 0, r"128"),  # wrong only for lengths divisible by 16
+    (lambda q: q.size(2) % 16 == 0, r"64"),  # wrong only for lengths divisible by 16
     (lambda q: q.size(2) % 2 == 1, r"45"),  # ... only for odd lengths
     (lambda q: q.stride(2) != q.size(3), r"\d+"),  # ... only in the permuted layout
 ], ids=["multiple_of_16", "odd_length", "permuted_layout"])
