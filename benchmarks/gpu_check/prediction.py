@@ -57,6 +57,40 @@ def kernel_cycles(kernel: str, usage: dict, head_dim: int = HEAD_DIM, length: in
     return below * per_below + on * per_on
 
 
+def far_share(kernel: str, block_m: int, block_n: int, max_distance: int = 128, length: int = LENGTH) -> float:
+    """The share of a kernel's tiles wholly past ``max_distance`` (every entry's i - j >= it): where a
+    table constant from there on is one scalar (the far-tile path, not implemented)."""
+    far = total = 0
+    for start_m in range(0, length, block_m):
+        for start_n in range(0, min(start_m + block_m, length), block_n):
+            total += 1
+            far += start_m - (start_n + block_n - 1) >= max_distance
+    return far / total
+
+
+def predict_far_tiles(report_path: str = COMPILE_REPORT, extra=None, max_distance: int = 128):
+    """What the far-tile path would give: far tiles at the plain kernel's cost plus ``extra`` instructions
+    per iteration (a scalar bias add and C multiply per entry, and in the kernel with the table gradients
+    two tile sums and two atomics), near tiles as now."""
+    extra = extra or {"forward": 64, "dkdv": 96, "dq": 160}
+    with open(report_path) as f:
+        results = json.load(f)["results"]
+    plain = results["sm_90 bf16 d64 plain"]
+    flash = sum(kernel_cycles(k, plain[k]) for k in ("forward", "dkdv", "dq"))
+    out = {}
+    for label, name in (("no dropout", "sm_90 bf16 d64"), ("dropout", "sm_90 bf16 d64 dropout")):
+        total = 0.0
+        for k in ("forward", "dkdv", "dq"):
+            entry, base = results[name][k], plain[k]
+            share = far_share(k, *entry["tiles"][:2], max_distance)
+            far_entry = dict(base, tiles=entry["tiles"],
+                             loops=[{"instructions": base["loops"][0]["instructions"] + extra[k]
+                                     + (entry["loops"][0]["instructions"] - results["sm_90 bf16 d64"][k]["loops"][0]["instructions"])}])
+            total += share * kernel_cycles(k, far_entry) + (1 - share) * kernel_cycles(k, entry)
+        out[label] = total / flash
+    return out
+
+
 def predict(report_path: str = COMPILE_REPORT):
     """``{"no dropout": ratio, "dropout": ratio, ...}``: predicted fused URPE fwd+bwd time / SDPA flash's,
     from the compile report's sm_90 bf16 d64 entries (None where the report lacks them)."""
@@ -88,4 +122,4 @@ def predicted_line(label: str = "no dropout") -> str:
 
 
 if __name__ == "__main__":
-    print(json.dumps(predict(), indent=1))
+    print(json.dumps(dict(predict(), far_tile_path=predict_far_tiles()), indent=1))
