@@ -107,7 +107,7 @@ def targets(sections: dict):
     if eff and urpe:
         ratio = urpe["forward_backward_ms"] / eff["forward_backward_ms"]
         out.append(f"fused URPE faster than SDPA memory-efficient with a bias at L=2048: measured {ratio:.2f}x its time "
-                   f"({'met' if ratio < 1 else 'NOT met'}); predicted faster (docs/performance.md)")
+                   f"({'met' if ratio < 1 else 'NOT met'}); predicted faster on H100, about even on H200 (docs/performance.md)")
     else:
         out.append("fused vs SDPA memory-efficient with a bias at L=2048: not measured; predicted faster "
                    "(docs/performance.md)")

@@ -500,20 +500,21 @@ def _dropout_mask_kernel(SEED, Out, T, keep_threshold, keep_scale, BLOCK: tl.con
 # Tiles (BLOCK_M queries, BLOCK_N keys, warps, pipeline stages) of the three kernels per architecture
 # (sm_90: H100/H200; sm_80: A100, 163 KB of shared memory per block; sm_86: sm_86/87/89 and older, 99 KB),
 # kind of product (16-bit, TF32 or full float32) and head dim (<= 64 or wider). Chosen on a machine without
-# a GPU with benchmarks/fused_kernel.py --compile-check (all tables, padding and dropout on, the most
+# a GPU with python -m benchmarks.fused_kernel --compile-check (all tables, padding and dropout on, the most
 # registers): the largest tiles that ptxas compiles without register spills under both tested tritons
-# (3.7.1, 3.9.0), with wgmma on sm_90 wherever there are tensor cores to use. The dK/dV tile holds 64 or
+# (3.7.1, 3.9.0), with wgmma on sm_90 wherever there are tensor cores to use. The dK/dV tile holds 32 to
 # 128 keys; its query step is 16 at head dim 128 (32 spills 72 bytes on sm_90). 16-bit is checked on every
-# architecture (sm_86 has the sm_80 tiles: under 99 KB); TF32 and float32 (not what training runs) on
-# sm_90 only: TF32 at head dim 128 spills a little in dK/dV with any tile that keeps wgmma. Untimed:
-# python -m benchmarks.fused_kernel --blocks tries others on a GPU.
+# architecture (sm_86: the sm_80 tiles, all under 99 KB, except a 32-key dK/dV tile at head dim 128, as 64
+# keys spill there); TF32 and float32 (not what training runs) on sm_90 only: TF32 at head dim 128
+# spills a little in dK/dV with any tile that keeps wgmma. Untimed: python -m benchmarks.fused_kernel
+# --blocks tries others on a GPU.
 GPU_BLOCKS = {
     ("sm_90", "16-bit", 64): dict(forward=(128, 64, 8, 2), dkdv=(32, 128, 8, 2), dq=(128, 32, 8, 2)),
     ("sm_90", "16-bit", 128): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(64, 16, 4, 2)),
     ("sm_80", "16-bit", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 128, 8, 2), dq=(128, 16, 8, 2)),
     ("sm_80", "16-bit", 128): dict(forward=(64, 32, 4, 2), dkdv=(16, 64, 8, 2), dq=(16, 32, 4, 2)),
     ("sm_86", "16-bit", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 128, 8, 2), dq=(128, 16, 8, 2)),
-    ("sm_86", "16-bit", 128): dict(forward=(64, 32, 4, 2), dkdv=(16, 64, 8, 2), dq=(16, 32, 4, 2)),
+    ("sm_86", "16-bit", 128): dict(forward=(64, 32, 4, 2), dkdv=(16, 32, 8, 2), dq=(16, 32, 4, 2)),
     ("sm_90", "tf32", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(128, 32, 8, 2)),
     ("sm_90", "tf32", 128): dict(forward=(128, 32, 8, 2), dkdv=(32, 64, 8, 2), dq=(64, 16, 8, 2)),
     ("sm_90", "float32", 64): dict(forward=(32, 32, 4, 2), dkdv=(16, 32, 4, 2), dq=(64, 32, 8, 2)),  # no tensor cores
