@@ -109,8 +109,8 @@ def targets(sections: dict):
         out.append(f"fused URPE faster than SDPA memory-efficient with a bias at L=2048: measured {ratio:.2f}x its time "
                    f"({'met' if ratio < 1 else 'NOT met'}); predicted faster on H100, about even on H200 (docs/performance.md)")
     else:
-        out.append("fused vs SDPA memory-efficient with a bias at L=2048: not measured; predicted faster "
-                   "(docs/performance.md)")
+        out.append("fused vs SDPA memory-efficient with a bias at L=2048: not measured; predicted faster on H100, "
+                   "about even on H200 (docs/performance.md)")
     mem = [speed.get(f"L={n} fused_urpe_bias_and_c", {}).get("peak_extra_mib") for n in (512, 1024, 2048, 4096)]
     if all(m is not None for m in mem):
         out.append("fused peak extra memory at L=512..4096 (same tokens per batch, so O(T) means flat): "
