@@ -3,13 +3,13 @@
 # e.g. `bash scripts/test.sh -m "not e2e"` for the fast tests only.
 #   TRITON_CACHE_DIR  Triton's compile cache (default: a fresh empty directory, removed at the end, so a
 #                     run proves what a fresh machine does; set it to reuse a cache between runs)
-#   SECOND_TRITON     after a full run (no extra arguments), the kernel tests and the sm_80/sm_90 compile
+#   SECOND_TRITON     after a full run (no extra arguments), the kernel tests and the sm_80/86/90 compile
 #                     check run again under this triton, in an overlay environment $SECOND_VENV holding
 #                     only it over .venv's packages (default: triton==3.7.1, the one torch 2.13.0's CUDA
 #                     build pins; empty: skip)
 #   SECOND_VENV       where that overlay lives (default: .venv-triton371)
 set -euo pipefail
-if [ "${1:-}" = "--help" ]; then sed -n '2,11p' "$0"; exit 0; fi
+if [ "${1:-}" = "--help" ]; then sed -n '2,10p' "$0"; exit 0; fi
 cd "$(dirname "$0")/.."
 VENV=$(bash scripts/env.sh)
 SECOND_TRITON=${SECOND_TRITON-triton==3.7.1}
