@@ -4,11 +4,11 @@ Needs only torch and triton (the kernel is loaded from its file, so fairseq need
 
 On a CUDA GPU (the issue's target: length 2048, head dim 64, bfloat16, forward+backward within 1.3x of
 ``scaled_dot_product_attention`` with the flash backend and no bias):
-    python benchmarks/fused_kernel.py                                 # checks against the reference, then times
-    python benchmarks/fused_kernel.py --blocks '{"forward": [64, 64, 4]}'   # try other tiles
+    python -m benchmarks.fused_kernel                                 # checks against the reference, then times
+    python -m benchmarks.fused_kernel --blocks '{"forward": [64, 64, 4]}'   # try other tiles
 
 Anywhere (no GPU needed): compile the kernels for sm_90 and sm_80 and report registers, spills, shared memory:
-    python benchmarks/fused_kernel.py --compile-check
+    python -m benchmarks.fused_kernel --compile-check
 """
 
 import argparse
@@ -33,18 +33,26 @@ def load(name: str, path: str = None):
     return module
 
 
-# What the compile check covers: (capability, dtype, head dim, attention dropout). fp32 twice: TF32 products
-# (what auto runs where torch allows TF32) and full-precision ones (what --urpe-attention-impl fused forces).
+# What the compile check covers: (capability, dtype, head dim, attention dropout[, "plain"]). The dropout
+# variants need the most registers (where spills would show first); fp16 compiles like bf16. fp32 twice:
+# TF32 products (what auto runs where torch allows TF32) and full-precision ones (what
+# --urpe-attention-impl fused forces). "plain": no tables, no padding, no dropout (the performance
+# model's stand-in for SDPA flash, docs/performance.md). sm_86: the 99 KB class (sm_86/87/89).
 COMPILE_CONFIGS = [
-    (90, "bf16", 64, False), (90, "bf16", 128, False), (90, "bf16", 64, True), (90, "bf16", 128, True),
-    (90, "fp16", 64, False), (90, "fp32-tf32", 64, False), (90, "fp32", 64, False), (90, "fp32-tf32", 128, False),
-    (80, "bf16", 64, False), (80, "bf16", 128, True),
+    (90, "bf16", 64, False), (90, "bf16", 64, True), (90, "bf16", 128, False), (90, "bf16", 128, True),
+    (90, "bf16", 64, False, "plain"), (90, "fp16", 128, True),
+    (90, "fp32-tf32", 64, False), (90, "fp32", 64, False), (90, "fp32-tf32", 128, False),
+    (80, "bf16", 64, False), (80, "bf16", 64, True), (80, "bf16", 128, True),
+    (86, "bf16", 64, True), (86, "bf16", 128, True),
 ]
+SHARED_MEMORY = {90: 227 * 1024, 80: 163 * 1024, 86: 99 * 1024}  # bytes per block
 
 
 def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 64, blocks=None, report=True,
-                    dropout: bool = False, kernel=None, only=("forward", "dkdv", "dq"), tables=(True, True)):
-    """Compile forward, dK/dV and dQ kernels for ``sm_<capability>`` without a GPU (all tables and padding on).
+                    dropout: bool = False, kernel=None, only=("forward", "dkdv", "dq"), tables=(True, True),
+                    padding: bool = True):
+    """Compile forward, dK/dV and dQ kernels for ``sm_<capability>`` without a GPU (by default all tables
+    and padding on) with the tiles the kernel chooses for that architecture.
 
     ``dtype``: bf16, fp16, fp32 (full-precision products) or fp32-tf32. Returns per kernel a dict: tiles,
     registers and spilled bytes (``None`` where ptxas could not be asked), shared memory, and from the PTX
@@ -59,7 +67,10 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
     element, precision = {"bf16": ("bf16", "ieee"), "fp16": ("fp16", "ieee"), "fp32": ("fp32", "ieee"),
                           "fp32-tf32": ("fp32", "tf32")}[dtype]
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[element]
-    if hasattr(kernel, "gpu_blocks"):
+    if hasattr(kernel, "architecture"):  # tiles per architecture (issue 16)
+        major, minor = divmod(capability, 10)
+        cfg = {**kernel.gpu_blocks(head_dim, torch_dtype, precision, (major, minor)), **(blocks or {})}
+    elif hasattr(kernel, "gpu_blocks"):
         cfg = {**kernel.gpu_blocks(head_dim, torch_dtype, precision), **(blocks or {})}
     else:  # the kernel before issue 10
         cfg = {**kernel.GPU_BLOCKS, **(blocks or {})}
@@ -68,9 +79,11 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
     pointers = {name: f"*{element}" for name in ("Q", "K", "V", "DO", "Out", "DQ", "DK", "DV")}
     pointers.update({name: "*fp32" for name in ("BIAS", "CTAB", "RowMax", "RowSum", "Delta", "DBIAS", "DC")})
     pointers["PAD"], pointers["SEED"] = "*i8", "*i64"
-    scalars = {"scale": "fp32", "dropout_p": "fp32", "seed": "i64"}
-    common = dict(HAS_BIAS=tables[0], HAS_C=tables[1], HAS_PAD=True, HAS_DROPOUT=dropout,
-                  D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), PRECISION=precision, ACC=tl.float32)
+    scalars = {"scale": "fp32", "dropout_p": "fp32", "seed": "i64", "qk_scale": "fp32", "log2e": "fp32",
+               "keep_scale": "fp32", "keep_threshold": "i32"}
+    common = dict(HAS_BIAS=tables[0], HAS_C=tables[1], HAS_PAD=padding, HAS_DROPOUT=dropout,
+                  D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), PRECISION=precision, ACC=tl.float32,
+                  EXP2=True)
     in_dq = cfg["table_grads"] == "dq"
     jobs = {
         "forward": (kernel._forward_kernel, cfg["forward"], {}),
@@ -114,6 +127,10 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
                                             f"{x['shared_loads']}/{x['shared_stores']} shared loads/stores)"
                                             for x in r["loops"]), flush=True)
     return results
+
+
+def _config_name(cap, dtype, head_dim, dropout, *plain):
+    return f"sm_{cap} {dtype} d{head_dim}{' dropout' if dropout else ''}{' plain' if plain else ''}"
 
 
 def ptx_instructions(ptx: str):
@@ -250,10 +267,10 @@ def main(argv=None):
     parser.add_argument("--dtype", default=None, choices=["bfloat16", "float16", "float32"],
                         help="default bfloat16 (timing); all of COMPILE_CONFIGS (compile)")
     parser.add_argument("--blocks", default=None, help="JSON overriding the kernel's tiles, e.g. '{\"dq\": [64, 32, 4, 2]}'")
+    parser.add_argument("--only", nargs="+", default=None, help="compile only these configs, by name (e.g. 'sm_90 bf16 d64')")
     parser.add_argument("--json", default="benchmarks/results/fused_kernel.json")
     args = parser.parse_args(argv)
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from benchmarks.common import command_line, machine, print_machine, write_json
+    from benchmarks.common import command_line, machine, print_machine, write_json  # fairseq-free
 
     info = machine()
     print_machine(info)
@@ -264,14 +281,22 @@ def main(argv=None):
         if args.dtype or args.head_dim:
             short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-tf32", None: "bf16"}[args.dtype]
             configs = [(cap, short, args.head_dim or 64, False) for cap in (90, 80)]
+        if args.only:
+            configs = [c for c in configs if any(_config_name(*c) == name for name in args.only)]
         results = {}
-        for cap, dtype, head_dim, dropout in configs:
-            name = f"sm_{cap} {dtype} d{head_dim}{' dropout' if dropout else ''}"
+        for config in configs:
+            cap, dtype, head_dim, dropout = config[:4]
+            plain = config[4:] == ("plain",)
+            name = _config_name(*config)
             try:
-                results[name] = compile_kernels(cap, dtype, head_dim, blocks, dropout=dropout, kernel=kernel)
+                results[name] = compile_kernels(cap, dtype, head_dim, blocks, dropout=dropout, kernel=kernel,
+                                                tables=(not plain, not plain), padding=not plain)
             except Exception as error:  # e.g. a kernel without dropout; the others still compile
                 results[name] = f"not compiled: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
                 print(f"{name}: {results[name]}", flush=True)
+            write_json(args.json, {"benchmark": "fused_kernel", "command": command_line(__file__, argv), "machine": info,
+                                   "settings": {k: v for k, v in vars(args).items() if k != "json"},
+                                   "results": results})  # after every config: a killed run keeps what it compiled
     elif not torch.cuda.is_available():
         sys.exit("no CUDA device: the kernel's speed cannot be measured here (--compile-check works without one)")
     else:

@@ -37,13 +37,14 @@ if [ "$GPU" = 0 ]; then
   # CPU mode: every section in one process (no CUDA context to protect), under one time limit; the
   # GPU-only sections record themselves as skipped.
   set +e
-  timeout --kill-after=10 "$BUDGET_S" "$PYTHON" benchmarks/gpu_check.py --section "${SECTIONS// /,}" \
+  timeout --kill-after=10 "$BUDGET_S" "$PYTHON" -m benchmarks.gpu_check --section "${SECTIONS// /,}" \
     --json "$OUT.json" --budget-s $((BUDGET_S > 30 ? BUDGET_S - 15 : BUDGET_S / 2))
   code=$?
   set -e
   codes=()
   for section in $SECTIONS; do codes+=("$section=$code"); done
-  "$PYTHON" benchmarks/gpu_check.py --json "$OUT.json" --report "$OUT.md" --exit-codes "$(IFS=,; echo "${codes[*]}")"
+  "$PYTHON" -m benchmarks.gpu_check --json "$OUT.json" --report "$OUT.md" --exit-codes "$(IFS=,; echo "${codes[*]}")"
+  awk '/^## Targets/{p=1} /^## /&&!/Targets/{p=0} p' "$OUT.md" >&2  # measured beside predicted
   echo "== gpu_check: done (CPU mode) in $(($(date +%s) - start0))s; $OUT.md" >&2
   exit 0
 fi
@@ -65,11 +66,12 @@ for i in "${!sections[@]}"; do
   echo "== $section (at most ${limit}s)" >&2
   set +e
   # The section stops starting new cases 15 s before its limit; timeout ends it if a case hangs.
-  timeout --kill-after=10 "$limit" "$PYTHON" benchmarks/gpu_check.py --section "$section" --json "$OUT.json" \
+  timeout --kill-after=10 "$limit" "$PYTHON" -m benchmarks.gpu_check --section "$section" --json "$OUT.json" \
     --budget-s $((limit > 30 ? limit - 15 : limit / 2))
   code=$?
   set -e
   codes+=("$section=$code")
 done
-"$PYTHON" benchmarks/gpu_check.py --json "$OUT.json" --report "$OUT.md" --exit-codes "$(IFS=,; echo "${codes[*]}")"
+"$PYTHON" -m benchmarks.gpu_check --json "$OUT.json" --report "$OUT.md" --exit-codes "$(IFS=,; echo "${codes[*]}")"
+awk '/^## Targets/{p=1} /^## /&&!/Targets/{p=0} p' "$OUT.md" >&2  # measured beside predicted
 echo "== gpu_check: done in $(($(date +%s) - start))s; $OUT.md" >&2

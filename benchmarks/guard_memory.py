@@ -3,7 +3,7 @@ sentinel, and the check that the sentinels held (bit for bit).
 
 The float sentinel is -0.0, which an atomic ``+ 0.0`` (an out-of-bounds add of an all-masked sum)
 turns into +0.0; any other write changes it too unless it writes -0.0 itself. Used by the guard-memory
-test (under Triton's interpreter) and by ``benchmarks/gpu_check.py`` (on a GPU). Imports only torch.
+test (under Triton's interpreter) and by ``benchmarks/gpu_check`` (``python -m benchmarks.gpu_check``, on a GPU). Imports only torch.
 """
 
 from typing import Callable, List

@@ -10,11 +10,22 @@
     naming the flag where this machine or configuration cannot run it or the self-check failed (on CPU
     it runs under Triton's interpreter when ``TRITON_INTERPRET=1``, slowly: that is how the tests run it).
 
+Triton: the kernel uses the triton that came with torch (never a pinned one of its own), and runs with
+the versions in ``SUPPORTED_TRITON`` (tested: ``TESTED_TRITON``). With another, ``auto`` logs one warning
+and runs dense; ``fused`` raises naming the flag.
+
 Self-check (:mod:`.self_check`): the first call in each configuration (device, dtype, head dim, which
-tables, padding, dropout, TF32) runs a small forward+backward against the reference. In ``auto`` a mismatch or
-an exception logs one warning with the measured error, and that configuration runs dense for the rest of
-the process. (A kernel that corrupts memory can poison the CUDA context before any check sees it; the
-guard-memory tests in ``tests/kernels`` are there for that.)
+tables, padding, dropout, TF32) runs a small forward+backward against the reference, in the caller's
+layout and scale, at two lengths. In ``auto`` a mismatch or an exception logs one warning with the
+measured error, and that configuration runs dense for the rest of the process.
+
+First launch of each specialisation: Triton compiles a separate kernel per launch signature (a length
+or stride divisible by 16 or equal to 1, 16-byte-aligned pointers, 64-bit integers), and a compile can
+fail on one where it passed on another (e.g. out of shared memory on a GPU with less of it). The first
+call of each new signature (:func:`launch_key`) runs the kernel forward and backward on the call's own
+inputs first; an exception or a non-finite output makes ``auto`` warn once and compute that signature
+densely for the rest of the process, and ``fused`` raise. (A kernel that corrupts memory can poison the
+CUDA context before any check sees it; the guard-memory tests in ``tests/kernels`` are there for that.)
 
 Calls the kernel does not compute go to the dense path in every mode: incremental decoding, returning
 attention weights, and any mask other than fairseq's causal future mask (e.g. full-context alignment).
@@ -23,8 +34,9 @@ Imports only torch; triton is imported the first time the kernel is used.
 
 import logging
 import os
+import re
 from collections import OrderedDict
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -35,10 +47,22 @@ logger = logging.getLogger(__name__)
 IMPLS = ("auto", "dense", "fused")
 FLAG = "--urpe-attention-impl"
 _FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-MAX_DROPOUT_LENGTH = 131064  # as the kernel's (fused_urpe_attention imports triton)
+# Triton versions the kernel runs with: (major, minor) from SUPPORTED_TRITON[0] up to, not including,
+# SUPPORTED_TRITON[1]. 3.7.1 is what torch 2.13.0's CUDA build pins; 3.9.0 the newest released.
+SUPPORTED_TRITON = ((3, 7), (3, 10))
+TESTED_TRITON = ("3.7.1", "3.9.0")
 
 # Self-check verdicts of this process: None where the kernel passed, else what went wrong.
 _SELF_CHECKS: Dict[KernelConfig, Optional[str]] = {}
+# First launches of each specialisation (launch_key): None where the kernel ran, else what went wrong.
+_LAUNCHES: Dict[tuple, Optional[str]] = {}
+_WARNED = set()
+
+
+def _warn_once(key, message: str) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        logger.warning(message)
 
 
 def use_fused_attention(
@@ -66,6 +90,9 @@ def use_fused_attention(
         return False
     reason = _why_not_fused(x, dropout_p, dot_product, forced=impl == "fused")
     if reason is not None and impl == "auto":
+        if reason.startswith("triton "):  # a triton that is there but not one the kernel runs with: say so, once
+            _warn_once(("triton", reason), f"fused attention is off: {reason}; the dense attention runs instead "
+                                           f"({FLAG} dense silences this).")
         return False
     if not is_future_mask(attn_mask, x.size(2)):
         return False
@@ -104,8 +131,8 @@ def _why_not_fused(x: torch.Tensor, dropout_p: float, dot_product: bool, forced:
         return f"batch x heads = {x.size(0) * x.size(1)} exceeds the kernel grid's 65535"
     if not 0 <= dropout_p < 1:
         return f"attention dropout {dropout_p} is not in [0, 1)"
-    if dropout_p > 0 and x.size(2) > MAX_DROPOUT_LENGTH:
-        return f"attention dropout in the kernel supports lengths up to {MAX_DROPOUT_LENGTH}, not {x.size(2)}"
+    if dropout_p > 0 and round(dropout_p * 256) >= 256:
+        return f"attention dropout {dropout_p} rounds to dropping everything at the kernel's 8-bit resolution"
     if x.dtype == torch.float32 and not forced and not torch.backends.cuda.matmul.allow_tf32:
         # Full-precision products run without tensor cores: slower than the dense path's matmuls.
         return "float32 without TF32 (torch.backends.cuda.matmul.allow_tf32 is off)"
@@ -115,8 +142,8 @@ def _why_not_fused(x: torch.Tensor, dropout_p: float, dot_product: bool, forced:
     if x.dtype not in _FUSED_DTYPES and not interpreted:
         return f"{x.dtype} is not float16, bfloat16 or float32"
     if not triton_available():
-        return "triton is not installed (pip install triton)"
-    return None
+        return "triton is not installed (it comes with torch's CUDA builds on Linux)"
+    return triton_version_problem(triton_version())
 
 
 def triton_available() -> bool:
@@ -125,6 +152,22 @@ def triton_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def triton_version() -> str:
+    import triton
+
+    return triton.__version__
+
+
+def triton_version_problem(version: str) -> Optional[str]:
+    """Why the kernel does not run with triton ``version`` (``None`` where it does)."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    (low, high) = SUPPORTED_TRITON
+    if match and low <= (int(match.group(1)), int(match.group(2))) < high:
+        return None
+    return (f"triton {version} is not a version the fused kernel supports ({low[0]}.{low[1]} <= triton < "
+            f"{high[0]}.{high[1]}; tested: {', '.join(TESTED_TRITON)}; it uses the triton that comes with torch)")
 
 
 # Future masks already checked, keyed by what identifies their contents: memory, version counter (bumped
@@ -156,14 +199,71 @@ def is_future_mask(attn_mask: Optional[torch.Tensor], length: int) -> bool:
 
 
 def fused_relative_attention(q, k, v, bias_table=None, c_table=None, key_padding_mask=None,
-                             dropout_p=0.0) -> torch.Tensor:
+                             dropout_p=0.0, impl: str = "fused") -> Optional[torch.Tensor]:
     """Causal ``dropout(softmax(Q K^T + B) ⊙ C) V`` by the fused kernel; ``q`` (B, H, T, d) already scaled
     (and q, k already rotated, for RoPE); ``bias_table``, ``c_table``: ``(H, >= T)`` values at causal
     distances ``0, 1, ...`` (or ``None``). The dropout mask comes from torch's generator on q's device
     (``--seed`` makes it reproducible).
+
+    The first call of each launch signature (:func:`launch_key`) runs the kernel on these inputs first
+    (forward and backward): where that fails, ``impl == "auto"`` warns once and returns ``None`` (the caller
+    computes the dense attention), and ``"fused"`` raises naming the flag.
     """
     from .fused_urpe_attention import fused_causal_urpe_attention  # imports triton
 
     if key_padding_mask is not None:
         key_padding_mask = key_padding_mask.to(torch.bool)
-    return fused_causal_urpe_attention(q, k, v, bias_table, c_table, key_padding_mask, scale=1.0, dropout_p=dropout_p)
+    inputs = (q, k, v, bias_table, c_table, key_padding_mask)
+    key = launch_key(*inputs, dropout_p=dropout_p)
+    if key not in _LAUNCHES:
+        _LAUNCHES[key] = first_launch_error(fused_causal_urpe_attention, *inputs, dropout_p=dropout_p)
+    error = _LAUNCHES[key]
+    if error is not None:
+        what = f"the fused kernel failed at its first launch for {describe_launch(q, key_padding_mask, dropout_p)}: {error}"
+        if impl == "fused":
+            raise RuntimeError(f"{FLAG} fused: {what}. Use {FLAG} auto (which falls back to the dense attention) or dense.")
+        _warn_once(("launch", key), f"{what}. Calls like it use the dense attention for the rest of the process "
+                                    f"({FLAG} dense silences this; please report it with your GPU, torch and triton versions).")
+        return None
+    return fused_causal_urpe_attention(*inputs, scale=1.0, dropout_p=dropout_p)
+
+
+def _specialisation(value: int) -> Tuple[bool, bool, bool]:
+    """What Triton specialises an integer argument on: equal to 1, divisible by 16, 64-bit."""
+    return value == 1, value % 16 == 0, not -2**31 <= value < 2**31
+
+
+def launch_key(q, k, v, bias_table=None, c_table=None, key_padding_mask=None, dropout_p=0.0) -> tuple:
+    """What selects the compiled kernels of a call: the configuration, and every integer argument's and
+    pointer's specialisation (the backward's upstream gradient is assumed laid out like the output)."""
+    integers = [q.size(1), q.size(2), q.size(0) * q.size(1), *q.stride(), *k.stride(), *v.stride()]
+    integers += [t.size(1) for t in (bias_table, c_table) if t is not None]
+    pointers = [x.data_ptr() % 16 == 0 for x in (q, k, v)]
+    tf32 = q.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    return (str(q.device), q.dtype, q.size(-1), bias_table is not None, c_table is not None,
+            key_padding_mask is not None, dropout_p > 0, tf32, tuple(map(_specialisation, integers)), tuple(pointers))
+
+
+def describe_launch(q, key_padding_mask, dropout_p) -> str:
+    batch, heads, length, head_dim = q.shape
+    return (f"{q.device}, {str(q.dtype).replace('torch.', '')}, B={batch}, H={heads}, T={length}, head dim {head_dim}, "
+            f"strides {tuple(q.stride())}{', padding' if key_padding_mask is not None else ''}"
+            f"{', attention dropout' if dropout_p > 0 else ''}")
+
+
+def first_launch_error(kernel, q, k, v, bias_table=None, c_table=None, key_padding_mask=None, dropout_p=0.0):
+    """``None`` where ``kernel`` runs forward and backward on these inputs (their own layout and sizes,
+    detached) with finite results; else what went wrong. Leaves torch's random state as it was."""
+    seed = torch.zeros(1, dtype=torch.int64, device=q.device) if dropout_p > 0 else None
+    try:
+        with torch.inference_mode(False), torch.enable_grad():
+            # inference-mode tensors cannot enter autograd: those are copied (with their strides)
+            leaves = [None if x is None else (x.detach().clone() if x.is_inference() else x.detach()).requires_grad_()
+                      for x in (q, k, v, bias_table, c_table)]
+            out = kernel(*leaves, key_padding_mask, scale=1.0, dropout_p=dropout_p, dropout_seed=seed)
+            grads = torch.autograd.grad(out, [x for x in leaves if x is not None], torch.ones_like(out))
+    except Exception as error:  # compile error, out of resources, grid limits, ...
+        return f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+    if not all(bool(torch.isfinite(x).all()) for x in (out, *grads)):
+        return "non-finite output or gradient"
+    return None

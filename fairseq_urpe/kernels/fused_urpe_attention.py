@@ -15,13 +15,17 @@ Backward, recomputing P (and Z) tile by tile from the stored m and l (O(T) extra
 follow the dense attention in ``fairseq_urpe/modules/relative_multihead_attention.py``: their score is the most negative
 finite float32 rather than -inf, so a query whose visible keys are all padding averages them uniformly
 and stays finite, and no gradient flows into their scores. Attention dropout follows it too: applied to
-``P ⊙ C``, scaled by ``1 / (1 - p)``; its mask comes from Philox (counter-based, one seed per call, 16
-random bits per entry, one call per 8 keys, as FlashAttention does), so the backward kernels regenerate
-it instead of storing it.
+``P ⊙ C``; its mask comes from Philox (counter-based, one seed per call, 8 random bits per entry, one call
+per 16 keys, as FlashAttention-2 does), so the backward kernels regenerate it instead of storing it. The
+rate is ``p`` rounded to a multiple of 1/256 and kept entries are scaled by the exact inverse of the keep
+probability, ``256 / (256 - round(256 p))``, so ``E[Z] = 1`` exactly (up to float32 rounding of the scale).
 
-Each tile reads its slice of a table (``BLOCK_M + BLOCK_N - 1`` distances) with one load and expands it
-in registers; tiles wholly below the diagonal skip the causal mask. This module imports only torch and
-triton.
+Softmax runs in base 2 (``exp2``, with ``log2(e)`` folded into the score scale and the bias); the row
+maxima are stored in that base. Pointer bases (batch, head, the tile's first row) are int64, so tensors of
+any size are addressed right; offsets inside a tile are int32 (inputs whose row stride would overflow them
+are copied first). Each tile reads its slice of a table (``BLOCK_M + BLOCK_N - 1`` distances) with one
+load and expands it in registers; tiles wholly below the diagonal skip the causal mask; the query tiles
+with the most keys start first. This module imports only torch and triton.
 """
 
 import math
@@ -32,36 +36,43 @@ import triton
 import triton.language as tl
 
 PAD_SCORE = tl.constexpr(-3.4028234663852886e38)  # torch.finfo(torch.float32).min
+LOG2E = 1.4426950408889634  # exp(x) = exp2(x log2(e))
 MAX_HEAD_DIM = 128
-MAX_DROPOUT_LENGTH = 131064  # i * ceil(T / 8) + j // 8, the dropout counter, stays below 2**31
+MAX_TILE = 128  # the most rows (keys) of a tile: in-tile offsets (MAX_TILE - 1) * row stride + d stay int32
 
 
 @triton.jit
-def _table_tile(TABLE, first, distance, T, L: tl.constexpr, M: tl.constexpr, N: tl.constexpr):
-    """The (M, N) tile ``TABLE[distance]`` (0 outside the table's 0 .. T - 1), all distances within
-    ``first .. first + L - 1``: one load of that slice, expanded in registers by a gather."""
+def _table_tile(TABLE, first, distance, T, L: tl.constexpr, M: tl.constexpr, N: tl.constexpr, factor=1.0):
+    """The (M, N) tile ``factor * TABLE[distance]`` (0 outside the table's 0 .. T - 1), all distances within
+    ``first .. first + L - 1``: one load of that slice (scaled there, L entries, not M N), expanded in
+    registers by a gather."""
     d = first + tl.arange(0, L)
-    entries = tl.load(TABLE + d, mask=(d >= 0) & (d < T), other=0.0)  # (L,)
+    entries = tl.load(TABLE + d, mask=(d >= 0) & (d < T), other=0.0) * factor  # (L,)
     return tl.reshape(tl.gather(entries, tl.reshape(distance - first, [M * N]), 0), [M, N])
 
 
 @triton.jit
-def _dropout_scale(seed, bh, rows, start_n, T, dropout_p, M: tl.constexpr, N: tl.constexpr):
-    """``Z`` (M, N) for queries ``rows`` and keys ``start_n .. start_n + N - 1`` (a multiple of 8) of head ``bh``:
-    ``1 / (1 - p)`` where attention dropout keeps an entry, 0 where it drops it.
+def _dropout_scale(seed, bh, rows, start_n, keep_threshold, keep_scale, M: tl.constexpr, N: tl.constexpr):
+    """``Z`` (M, N) for queries ``rows`` and keys ``start_n .. start_n + N - 1`` (a multiple of 16) of head
+    ``bh``: ``keep_scale`` where attention dropout keeps an entry, 0 where it drops it.
 
-    One Philox call, counters ``(i * ceil(T / 8) + j // 8, bh, 0, 0)`` under the call's seed, gives four
-    32-bit words: the 16-bit uniforms of 8 consecutive keys; an entry is kept when its uniform is at
-    least ``round(p * 65536)``. Every kernel regenerates the same mask from the same counters.
+    One Philox call, counters ``(j // 16, i, bh, 0)`` under the call's seed, gives four 32-bit words: the
+    8-bit uniforms of 16 consecutive keys; an entry is kept when its uniform is at least
+    ``keep_threshold`` (``round(256 p)``). Every kernel regenerates the same mask from the same counters.
     """
-    G: tl.constexpr = N // 8
-    counters = rows[:, None] * tl.cdiv(T, 8) + (start_n // 8 + tl.arange(0, G))[None, :]  # (M, G)
-    zero = counters * 0
-    w0, w1, w2, w3 = tl.philox(seed, counters, zero + bh, zero, zero)
-    u = tl.join(tl.join(tl.join(w0 & 0xFFFF, w0 >> 16), tl.join(w1 & 0xFFFF, w1 >> 16)),
-                tl.join(tl.join(w2 & 0xFFFF, w2 >> 16), tl.join(w3 & 0xFFFF, w3 >> 16)))  # (M, G, 2, 2, 2)
-    threshold = tl.cast(dropout_p * 65536.0 + 0.5, tl.uint32)
-    return tl.where(tl.reshape(u, [M, N]) >= threshold, 1.0 / (1.0 - dropout_p), 0.0)
+    G: tl.constexpr = N // 16
+    c0 = (start_n // 16 + tl.arange(0, G))[None, :] + rows[:, None] * 0  # (M, G)
+    c1 = rows[:, None] + c0 * 0
+    zero = c0 * 0
+    w0, w1, w2, w3 = tl.philox(seed, c0, c1, zero + bh, zero)
+    u = tl.join(tl.join(_bytes(w0), _bytes(w1)), tl.join(_bytes(w2), _bytes(w3)))  # (M, G, 2, 2, 2, 2)
+    return tl.where(tl.reshape(u, [M, N]) >= keep_threshold, keep_scale, 0.0)
+
+
+@triton.jit
+def _bytes(w):
+    """The four bytes of the 32-bit words ``w``, as a new trailing (2, 2)."""
+    return tl.join(tl.join(w & 0xFF, (w >> 8) & 0xFF), tl.join((w >> 16) & 0xFF, w >> 24))
 
 
 @triton.jit
@@ -74,37 +85,59 @@ def _load_seed(SEED, HAS_DROPOUT: tl.constexpr):
 
 
 @triton.jit
+def _exp(x, EXP2: tl.constexpr):
+    """``2^x`` (scores in base 2); ``e^x`` in float64, where the scores stay in base e (exact scales)."""
+    if EXP2:
+        return tl.exp2(x)
+    else:
+        return tl.exp(x)
+
+
+@triton.jit
+def _scores(q, k, TABLE, first, distance, T, qk_scale, log2e,
+            HAS_BIAS: tl.constexpr, SLICE: tl.constexpr, M: tl.constexpr, N: tl.constexpr,
+            PRECISION: tl.constexpr, ACC: tl.constexpr):
+    """``log2(e) (scale q k^T + B)`` (M, N) of one tile (``log2e`` 1 where the scores stay in base e)."""
+    s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * qk_scale
+    if HAS_BIAS:
+        s += _table_tile(TABLE, first, distance, T, SLICE, M, N, log2e)
+    return s
+
+
+@triton.jit
 def _forward_tile(
-    acc, m_i, l_i, q, K, V, BIAS, CTAB, PAD, seed, rows, dims, start_m, start_n, b, h, bh,
-    stride_kt, stride_kd, stride_vt, stride_vd, stride_bias_h, stride_c_h, stride_pad_b, T, D: tl.constexpr, scale, dropout_p,
+    acc, m_i, l_i, q, K, V, BIAS, CTAB, PAD, seed, rows, offs_n, dims, start_m, start_n, bh,
+    stride_kt, stride_kd, stride_vt, stride_vd, T, D: tl.constexpr, qk_scale, log2e, keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     CAUSAL_MASK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLICE: tl.constexpr,
-    PRECISION: tl.constexpr, ACC: tl.constexpr,
+    PRECISION: tl.constexpr, ACC: tl.constexpr, EXP2: tl.constexpr,
 ):
-    """One key tile of the forward's online softmax; ``CAUSAL_MASK`` only for tiles that cross the diagonal."""
-    cols = start_n + tl.arange(0, BLOCK_N)
+    """One key tile of the forward's online softmax; ``CAUSAL_MASK`` only for tiles that cross the diagonal.
+    ``K``, ``V``, ``PAD`` point at this (batch, head)'s key 0, ``BIAS``, ``CTAB`` at its head's table."""
+    cols = start_n + offs_n
     col_mask = (cols[:, None] < T) & (dims[None, :] < D)
-    k = tl.load(K + cols[:, None] * stride_kt + dims[None, :] * stride_kd, mask=col_mask, other=0.0)  # (BLOCK_N, BLOCK_D)
-    v = tl.load(V + cols[:, None] * stride_vt + dims[None, :] * stride_vd, mask=col_mask, other=0.0)
+    start = tl.cast(start_n, tl.int64)
+    k = tl.load(K + start * stride_kt + offs_n[:, None] * stride_kt + dims[None, :] * stride_kd,
+                mask=col_mask, other=0.0)  # (BLOCK_N, BLOCK_D)
+    v = tl.load(V + start * stride_vt + offs_n[:, None] * stride_vt + dims[None, :] * stride_vd,
+                mask=col_mask, other=0.0)
     distance = rows[:, None] - cols[None, :]  # (BLOCK_M, BLOCK_N): i - j
     first = start_m - start_n - (BLOCK_N - 1)  # the tile's smallest distance
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * scale
-    if HAS_BIAS:
-        s += _table_tile(BIAS + h * stride_bias_h, first, distance, T, SLICE, BLOCK_M, BLOCK_N)
+    s = _scores(q, k, BIAS, first, distance, T, qk_scale, log2e, HAS_BIAS, SLICE, BLOCK_M, BLOCK_N, PRECISION, ACC)
     if HAS_PAD:
-        padded = tl.load(PAD + b * stride_pad_b + cols, mask=cols < T, other=1) != 0  # (BLOCK_N,)
+        padded = tl.load(PAD + cols, mask=cols < T, other=1) != 0  # (BLOCK_N,)
         s = tl.where(padded[None, :], PAD_SCORE, s)
     if CAUSAL_MASK:  # for rows < T this also hides keys >= T; rows >= T are never stored
         s = tl.where(distance >= 0, s, float("-inf"))
     # Key 0 is visible to every row and comes first, so m_i is finite after the first tile.
     m_new = tl.maximum(m_i, tl.max(s, 1))
-    alpha = tl.exp(m_i - m_new)
-    p = tl.exp(s - m_new[:, None])
+    alpha = _exp(m_i - m_new, EXP2)
+    p = _exp(s - m_new[:, None], EXP2)
     l_i = l_i * alpha + tl.sum(p, 1)
     if HAS_C:
-        p = p * _table_tile(CTAB + h * stride_c_h, first, distance, T, SLICE, BLOCK_M, BLOCK_N)
+        p = p * _table_tile(CTAB, first, distance, T, SLICE, BLOCK_M, BLOCK_N)
     if HAS_DROPOUT:
-        p = p * _dropout_scale(seed, bh, rows, start_n, T, dropout_p, BLOCK_M, BLOCK_N)
+        p = p * _dropout_scale(seed, bh, rows, start_n, keep_threshold, keep_scale, BLOCK_M, BLOCK_N)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=ACC)
     return acc, m_new, l_i
 
@@ -117,46 +150,54 @@ def _forward_kernel(
     stride_vb, stride_vh, stride_vt, stride_vd,
     stride_ob, stride_oh, stride_ot, stride_od,
     stride_bias_h, stride_c_h, stride_pad_b,
-    H, T, scale, dropout_p,
+    H, T, qk_scale, log2e, keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    PRECISION: tl.constexpr, ACC: tl.constexpr,
+    PRECISION: tl.constexpr, ACC: tl.constexpr, EXP2: tl.constexpr,
 ):
-    """One program: BLOCK_M queries of one (batch, head), streaming over keys 0 .. the diagonal."""
-    start_m = tl.program_id(0) * BLOCK_M
+    """One program: BLOCK_M queries of one (batch, head), streaming over keys 0 .. the diagonal; the last
+    query tiles (the most keys) first."""
+    start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+    b = tl.cast(bh // H, tl.int64)
+    h = tl.cast(bh % H, tl.int64)
     seed = _load_seed(SEED, HAS_DROPOUT)
-    rows = start_m + tl.arange(0, BLOCK_M)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    rows = start_m + offs_m
     dims = tl.arange(0, BLOCK_D)
     row_mask = (rows[:, None] < T) & (dims[None, :] < D)
-    q = tl.load(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qt + dims[None, :] * stride_qd,
-                mask=row_mask, other=0.0)  # (BLOCK_M, BLOCK_D)
+    first_row = tl.cast(start_m, tl.int64)
+    q = tl.load(Q + b * stride_qb + h * stride_qh + first_row * stride_qt + offs_m[:, None] * stride_qt
+                + dims[None, :] * stride_qd, mask=row_mask, other=0.0)  # (BLOCK_M, BLOCK_D)
     K += b * stride_kb + h * stride_kh
     V += b * stride_vb + h * stride_vh
+    BIAS += h * stride_bias_h
+    CTAB += h * stride_c_h
+    PAD += b * stride_pad_b
     SLICE: tl.constexpr = 2 * max(BLOCK_M, BLOCK_N)  # >= BLOCK_M + BLOCK_N - 1 distances, a power of 2
 
-    m_i = tl.full([BLOCK_M], float("-inf"), ACC)  # running row max of S
+    m_i = tl.full([BLOCK_M], float("-inf"), ACC)  # running row max of S (base 2)
     l_i = tl.zeros([BLOCK_M], ACC)  # running row sum of exp(S - m_i)
     acc = tl.zeros([BLOCK_M, BLOCK_D], ACC)  # running (exp(S - m_i) ⊙ C ⊙ Z) V
     below = ((start_m + 1) // BLOCK_N) * BLOCK_N  # key tiles before this one lie wholly below the diagonal
     for start_n in range(0, below, BLOCK_N):
         acc, m_i, l_i = _forward_tile(
-            acc, m_i, l_i, q, K, V, BIAS, CTAB, PAD, seed, rows, dims, start_m, start_n, b, h, bh,
-            stride_kt, stride_kd, stride_vt, stride_vd, stride_bias_h, stride_c_h, stride_pad_b, T, D, scale,
-            dropout_p, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, False, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC)
+            acc, m_i, l_i, q, K, V, BIAS, CTAB, PAD, seed, rows, offs_n, dims, start_m, start_n, bh,
+            stride_kt, stride_kd, stride_vt, stride_vd, T, D, qk_scale, log2e, keep_threshold, keep_scale,
+            HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, False, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
     for start_n in range(below, tl.minimum(start_m + BLOCK_M, T), BLOCK_N):
         acc, m_i, l_i = _forward_tile(
-            acc, m_i, l_i, q, K, V, BIAS, CTAB, PAD, seed, rows, dims, start_m, start_n, b, h, bh,
-            stride_kt, stride_kd, stride_vt, stride_vd, stride_bias_h, stride_c_h, stride_pad_b, T, D, scale,
-            dropout_p, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, True, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC)
+            acc, m_i, l_i, q, K, V, BIAS, CTAB, PAD, seed, rows, offs_n, dims, start_m, start_n, bh,
+            stride_kt, stride_kd, stride_vt, stride_vd, T, D, qk_scale, log2e, keep_threshold, keep_scale,
+            HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, True, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
 
     out = acc / l_i[:, None]
-    tl.store(Out + b * stride_ob + h * stride_oh + rows[:, None] * stride_ot + dims[None, :] * stride_od,
-             out.to(Out.dtype.element_ty), mask=row_mask)
-    tl.store(RowMax + bh * T + rows, m_i, mask=rows < T)
-    tl.store(RowSum + bh * T + rows, l_i, mask=rows < T)
+    tl.store(Out + b * stride_ob + h * stride_oh + first_row * stride_ot + offs_m[:, None] * stride_ot
+             + dims[None, :] * stride_od, out.to(Out.dtype.element_ty), mask=row_mask)
+    stats = tl.cast(bh, tl.int64) * T
+    tl.store(RowMax + stats + rows, m_i, mask=rows < T)
+    tl.store(RowSum + stats + rows, l_i, mask=rows < T)
 
 
 @triton.jit
@@ -194,39 +235,42 @@ def _add_diagonal_sums(x, GRAD, base, T, A: tl.constexpr, B: tl.constexpr, SIGN:
 
 @triton.jit
 def _dkdv_tile(
-    dk, dv, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols, dims,
-    start_m, start_n, h, bh, stride_qt, stride_qd, stride_dot, stride_dod, stride_bias_h, stride_c_h,
-    T, D: tl.constexpr, scale, dropout_p,
+    dk, dv, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols, offs_m, dims,
+    start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
+    T, D: tl.constexpr, qk_scale, log2e, keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr, CAUSAL_MASK: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLICE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
+    EXP2: tl.constexpr,
 ):
-    """One query tile of dK, dV, with keys as rows (transposed tiles, ``k q^T``: the products' M is BLOCK_N)."""
-    rows = start_m + tl.arange(0, BLOCK_M)
+    """One query tile of dK, dV, with keys as rows (transposed tiles, ``k q^T``: the products' M is BLOCK_N).
+    ``Q``, ``DO`` point at this (batch, head)'s query 0, ``RowMax``, ``RowSum``, ``Delta`` at its row 0."""
+    rows = start_m + offs_m
     row_mask = (rows[:, None] < T) & (dims[None, :] < D)
-    q = tl.load(Q + rows[:, None] * stride_qt + dims[None, :] * stride_qd, mask=row_mask, other=0.0)  # (BLOCK_M, BLOCK_D)
-    do = tl.load(DO + rows[:, None] * stride_dot + dims[None, :] * stride_dod, mask=row_mask, other=0.0)
-    m = tl.load(RowMax + bh * T + rows, mask=rows < T, other=float("inf"))  # rows >= T: P = 0
-    l = tl.load(RowSum + bh * T + rows, mask=rows < T, other=1.0)
-    delta = tl.load(Delta + bh * T + rows, mask=rows < T, other=0.0)
+    first_row = tl.cast(start_m, tl.int64)
+    q = tl.load(Q + first_row * stride_qt + offs_m[:, None] * stride_qt + dims[None, :] * stride_qd,
+                mask=row_mask, other=0.0)  # (BLOCK_M, BLOCK_D)
+    do = tl.load(DO + first_row * stride_dot + offs_m[:, None] * stride_dot + dims[None, :] * stride_dod,
+                 mask=row_mask, other=0.0)
+    m = tl.load(RowMax + rows, mask=rows < T, other=float("inf"))  # rows >= T: P = 0
+    l = tl.load(RowSum + rows, mask=rows < T, other=1.0)
+    delta = tl.load(Delta + rows, mask=rows < T, other=0.0)
     distance = rows[None, :] - cols[:, None]  # (BLOCK_N, BLOCK_M): i - j
     first = start_m - start_n - (BLOCK_N - 1)
-    s = tl.dot(k, tl.trans(q), input_precision=PRECISION, out_dtype=ACC) * scale  # S^T
-    if HAS_BIAS:
-        s += _table_tile(BIAS + h * stride_bias_h, first, distance, T, SLICE, BLOCK_N, BLOCK_M)
+    s = _scores(k, q, BIAS, first, distance, T, qk_scale, log2e, HAS_BIAS, SLICE, BLOCK_N, BLOCK_M, PRECISION, ACC)  # S^T
     if HAS_PAD:
         s = tl.where(padded[:, None], PAD_SCORE, s)
     if CAUSAL_MASK:
         s = tl.where(distance >= 0, s, float("-inf"))
-    p = tl.exp(s - m[None, :]) / l[None, :]  # P^T
+    p = _exp(s - m[None, :], EXP2) / l[None, :]  # P^T
     dw = tl.dot(v, tl.trans(do), input_precision=PRECISION, out_dtype=ACC)  # (dO V^T)^T
     w = p
     if HAS_DROPOUT:
-        z = tl.trans(_dropout_scale(seed, bh, rows, start_n, T, dropout_p, BLOCK_M, BLOCK_N))  # Z^T
+        z = tl.trans(_dropout_scale(seed, bh, rows, start_n, keep_threshold, keep_scale, BLOCK_M, BLOCK_N))  # Z^T
         dw = dw * z
         w = w * z
     if HAS_C:
-        c = _table_tile(CTAB + h * stride_c_h, first, distance, T, SLICE, BLOCK_N, BLOCK_M)
+        c = _table_tile(CTAB, first, distance, T, SLICE, BLOCK_N, BLOCK_M)
         w = w * c
         dp = dw * c
     else:
@@ -237,9 +281,9 @@ def _dkdv_tile(
         ds = tl.where(padded[:, None], 0.0, ds)  # masked scores pass no gradient
     dk += tl.dot(ds.to(q.dtype), q, input_precision=PRECISION, out_dtype=ACC)
     if BIAS_GRAD:
-        _add_diagonal_sums(ds, DBIAS + h * stride_bias_h, start_m - start_n, T, BLOCK_N, BLOCK_M, -1)
+        _add_diagonal_sums(ds, DBIAS, start_m - start_n, T, BLOCK_N, BLOCK_M, -1)
     if C_GRAD:
-        _add_diagonal_sums(dw * p, DC + h * stride_c_h, start_m - start_n, T, BLOCK_N, BLOCK_M, -1)
+        _add_diagonal_sums(dw * p, DC, start_m - start_n, T, BLOCK_N, BLOCK_M, -1)
     return dk, dv
 
 
@@ -251,35 +295,47 @@ def _backward_dkdv_kernel(
     stride_vb, stride_vh, stride_vt, stride_vd,
     stride_dob, stride_doh, stride_dot, stride_dod,
     stride_bias_h, stride_c_h, stride_pad_b,
-    H, T, scale, dropout_p,
+    H, T, qk_scale, log2e, keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    PRECISION: tl.constexpr, ACC: tl.constexpr,
+    PRECISION: tl.constexpr, ACC: tl.constexpr, EXP2: tl.constexpr,
 ):
-    """One program: BLOCK_N keys of one (batch, head), streaming over the queries that see them.
+    """One program: BLOCK_N keys of one (batch, head), streaming over the queries that see them (the first
+    key tiles, seen by the most queries, start first).
 
     Accumulates dK and dV in registers (and, when asked, adds the tiles' diagonal sums to the table
     gradients). dK, dV are laid out like K, V (same strides).
     """
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+    b = tl.cast(bh // H, tl.int64)
+    h = tl.cast(bh % H, tl.int64)
     seed = _load_seed(SEED, HAS_DROPOUT)
-    cols = start_n + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    cols = start_n + offs_n
     dims = tl.arange(0, BLOCK_D)
     col_mask = (cols[:, None] < T) & (dims[None, :] < D)
-    k = tl.load(K + b * stride_kb + h * stride_kh + cols[:, None] * stride_kt + dims[None, :] * stride_kd,
-                mask=col_mask, other=0.0)  # (BLOCK_N, BLOCK_D)
-    v = tl.load(V + b * stride_vb + h * stride_vh + cols[:, None] * stride_vt + dims[None, :] * stride_vd,
-                mask=col_mask, other=0.0)
+    first_col = tl.cast(start_n, tl.int64)
+    k_offsets = b * stride_kb + h * stride_kh + first_col * stride_kt + offs_n[:, None] * stride_kt + dims[None, :] * stride_kd
+    v_offsets = b * stride_vb + h * stride_vh + first_col * stride_vt + offs_n[:, None] * stride_vt + dims[None, :] * stride_vd
+    k = tl.load(K + k_offsets, mask=col_mask, other=0.0)  # (BLOCK_N, BLOCK_D)
+    v = tl.load(V + v_offsets, mask=col_mask, other=0.0)
     if HAS_PAD:
         padded = tl.load(PAD + b * stride_pad_b + cols, mask=cols < T, other=1) != 0  # (BLOCK_N,)
     else:
         padded = cols < 0
     Q += b * stride_qb + h * stride_qh
     DO += b * stride_dob + h * stride_doh
+    stats = tl.cast(bh, tl.int64) * T
+    RowMax += stats
+    RowSum += stats
+    Delta += stats
+    BIAS += h * stride_bias_h
+    CTAB += h * stride_c_h
+    DBIAS += h * stride_bias_h
+    DC += h * stride_c_h
     SLICE: tl.constexpr = 2 * max(BLOCK_M, BLOCK_N)
     dk = tl.zeros([BLOCK_N, BLOCK_D], ACC)
     dv = tl.zeros([BLOCK_N, BLOCK_D], ACC)
@@ -287,52 +343,50 @@ def _backward_dkdv_kernel(
     above = tl.cdiv(start_n + BLOCK_N - 1, BLOCK_M) * BLOCK_M  # query tiles from here on see every key of it
     for start_m in range(lo, tl.minimum(above, T), BLOCK_M):
         dk, dv = _dkdv_tile(
-            dk, dv, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols, dims,
-            start_m, start_n, h, bh, stride_qt, stride_qd, stride_dot, stride_dod, stride_bias_h, stride_c_h,
-            T, D, scale, dropout_p, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, True,
-            BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC)
+            dk, dv, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols, offs_m, dims,
+            start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
+            T, D, qk_scale, log2e, keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT,
+            BIAS_GRAD, C_GRAD, True, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
     for start_m in range(above, T, BLOCK_M):
         dk, dv = _dkdv_tile(
-            dk, dv, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols, dims,
-            start_m, start_n, h, bh, stride_qt, stride_qd, stride_dot, stride_dod, stride_bias_h, stride_c_h,
-            T, D, scale, dropout_p, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False,
-            BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC)
-    dk *= scale
-    tl.store(DK + b * stride_kb + h * stride_kh + cols[:, None] * stride_kt + dims[None, :] * stride_kd,
-             dk.to(DK.dtype.element_ty), mask=col_mask)
-    tl.store(DV + b * stride_vb + h * stride_vh + cols[:, None] * stride_vt + dims[None, :] * stride_vd,
-             dv.to(DV.dtype.element_ty), mask=col_mask)
+            dk, dv, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols, offs_m, dims,
+            start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
+            T, D, qk_scale, log2e, keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT,
+            BIAS_GRAD, C_GRAD, False, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
+    dk *= qk_scale / log2e  # scale
+    tl.store(DK + k_offsets, dk.to(DK.dtype.element_ty), mask=col_mask)
+    tl.store(DV + v_offsets, dv.to(DV.dtype.element_ty), mask=col_mask)
 
 
 @triton.jit
 def _dq_tile(
-    dq, q, do, m, l, delta, K, V, BIAS, CTAB, PAD, DBIAS, DC, seed, rows, dims, start_m, start_n, b, h, bh,
-    stride_kt, stride_kd, stride_vt, stride_vd, stride_bias_h, stride_c_h, stride_pad_b, T, D: tl.constexpr, scale, dropout_p,
+    dq, q, do, m, l, delta, K, V, BIAS, CTAB, PAD, DBIAS, DC, seed, rows, offs_n, dims, start_m, start_n, bh,
+    stride_kt, stride_kd, stride_vt, stride_vd, T, D: tl.constexpr, qk_scale, log2e, keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr, CAUSAL_MASK: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLICE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
+    EXP2: tl.constexpr,
 ):
     """One key tile of dQ (and, when asked, of the table gradients)."""
-    cols = start_n + tl.arange(0, BLOCK_N)
+    cols = start_n + offs_n
     col_mask = (cols[:, None] < T) & (dims[None, :] < D)
-    k = tl.load(K + cols[:, None] * stride_kt + dims[None, :] * stride_kd, mask=col_mask, other=0.0)
-    v = tl.load(V + cols[:, None] * stride_vt + dims[None, :] * stride_vd, mask=col_mask, other=0.0)
+    start = tl.cast(start_n, tl.int64)
+    k = tl.load(K + start * stride_kt + offs_n[:, None] * stride_kt + dims[None, :] * stride_kd, mask=col_mask, other=0.0)
+    v = tl.load(V + start * stride_vt + offs_n[:, None] * stride_vt + dims[None, :] * stride_vd, mask=col_mask, other=0.0)
     distance = rows[:, None] - cols[None, :]  # (BLOCK_M, BLOCK_N): i - j
     first = start_m - start_n - (BLOCK_N - 1)
-    s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * scale
-    if HAS_BIAS:
-        s += _table_tile(BIAS + h * stride_bias_h, first, distance, T, SLICE, BLOCK_M, BLOCK_N)
+    s = _scores(q, k, BIAS, first, distance, T, qk_scale, log2e, HAS_BIAS, SLICE, BLOCK_M, BLOCK_N, PRECISION, ACC)
     if HAS_PAD:
-        padded = tl.load(PAD + b * stride_pad_b + cols, mask=cols < T, other=1) != 0
+        padded = tl.load(PAD + cols, mask=cols < T, other=1) != 0
         s = tl.where(padded[None, :], PAD_SCORE, s)
     if CAUSAL_MASK:
         s = tl.where(distance >= 0, s, float("-inf"))
-    p = tl.exp(s - m[:, None]) / l[:, None]
+    p = _exp(s - m[:, None], EXP2) / l[:, None]
     dw = tl.dot(do, tl.trans(v), input_precision=PRECISION, out_dtype=ACC)
     if HAS_DROPOUT:
-        dw = dw * _dropout_scale(seed, bh, rows, start_n, T, dropout_p, BLOCK_M, BLOCK_N)
+        dw = dw * _dropout_scale(seed, bh, rows, start_n, keep_threshold, keep_scale, BLOCK_M, BLOCK_N)
     if HAS_C:
-        dp = dw * _table_tile(CTAB + h * stride_c_h, first, distance, T, SLICE, BLOCK_M, BLOCK_N)
+        dp = dw * _table_tile(CTAB, first, distance, T, SLICE, BLOCK_M, BLOCK_N)
     else:
         dp = dw
     ds = p * (dp - delta[:, None])
@@ -340,9 +394,9 @@ def _dq_tile(
         ds = tl.where(padded[None, :], 0.0, ds)  # masked scores pass no gradient
     dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION, out_dtype=ACC)
     if BIAS_GRAD:
-        _add_diagonal_sums(ds, DBIAS + h * stride_bias_h, start_m - start_n, T, BLOCK_M, BLOCK_N, 1)
+        _add_diagonal_sums(ds, DBIAS, start_m - start_n, T, BLOCK_M, BLOCK_N, 1)
     if C_GRAD:
-        _add_diagonal_sums(dw * p, DC + h * stride_c_h, start_m - start_n, T, BLOCK_M, BLOCK_N, 1)
+        _add_diagonal_sums(dw * p, DC, start_m - start_n, T, BLOCK_M, BLOCK_N, 1)
     return dq
 
 
@@ -354,91 +408,150 @@ def _backward_dq_kernel(
     stride_vb, stride_vh, stride_vt, stride_vd,
     stride_dob, stride_doh, stride_dot, stride_dod,
     stride_bias_h, stride_c_h, stride_pad_b,
-    H, T, scale, dropout_p,
+    H, T, qk_scale, log2e, keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    PRECISION: tl.constexpr, ACC: tl.constexpr,
+    PRECISION: tl.constexpr, ACC: tl.constexpr, EXP2: tl.constexpr,
 ):
-    """One program: dQ for BLOCK_M queries of one (batch, head); dQ is laid out like Q."""
-    start_m = tl.program_id(0) * BLOCK_M
+    """One program: dQ for BLOCK_M queries of one (batch, head), the last (most keys) first; dQ is laid
+    out like Q."""
+    start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+    b = tl.cast(bh // H, tl.int64)
+    h = tl.cast(bh % H, tl.int64)
     seed = _load_seed(SEED, HAS_DROPOUT)
-    rows = start_m + tl.arange(0, BLOCK_M)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    rows = start_m + offs_m
     dims = tl.arange(0, BLOCK_D)
     row_mask = (rows[:, None] < T) & (dims[None, :] < D)
-    q = tl.load(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qt + dims[None, :] * stride_qd,
-                mask=row_mask, other=0.0)
-    do = tl.load(DO + b * stride_dob + h * stride_doh + rows[:, None] * stride_dot + dims[None, :] * stride_dod,
-                 mask=row_mask, other=0.0)
-    m = tl.load(RowMax + bh * T + rows, mask=rows < T, other=float("inf"))  # rows >= T: P = 0
-    l = tl.load(RowSum + bh * T + rows, mask=rows < T, other=1.0)
-    delta = tl.load(Delta + bh * T + rows, mask=rows < T, other=0.0)
+    first_row = tl.cast(start_m, tl.int64)
+    q_offsets = b * stride_qb + h * stride_qh + first_row * stride_qt + offs_m[:, None] * stride_qt + dims[None, :] * stride_qd
+    q = tl.load(Q + q_offsets, mask=row_mask, other=0.0)
+    do = tl.load(DO + b * stride_dob + h * stride_doh + first_row * stride_dot + offs_m[:, None] * stride_dot
+                 + dims[None, :] * stride_dod, mask=row_mask, other=0.0)
+    stats = tl.cast(bh, tl.int64) * T
+    m = tl.load(RowMax + stats + rows, mask=rows < T, other=float("inf"))  # rows >= T: P = 0
+    l = tl.load(RowSum + stats + rows, mask=rows < T, other=1.0)
+    delta = tl.load(Delta + stats + rows, mask=rows < T, other=0.0)
     K += b * stride_kb + h * stride_kh
     V += b * stride_vb + h * stride_vh
+    PAD += b * stride_pad_b
+    BIAS += h * stride_bias_h
+    CTAB += h * stride_c_h
+    DBIAS += h * stride_bias_h
+    DC += h * stride_c_h
     SLICE: tl.constexpr = 2 * max(BLOCK_M, BLOCK_N)
     dq = tl.zeros([BLOCK_M, BLOCK_D], ACC)
     below = ((start_m + 1) // BLOCK_N) * BLOCK_N
     for start_n in range(0, below, BLOCK_N):
         dq = _dq_tile(
-            dq, q, do, m, l, delta, K, V, BIAS, CTAB, PAD, DBIAS, DC, seed, rows, dims, start_m, start_n, b, h, bh,
-            stride_kt, stride_kd, stride_vt, stride_vd, stride_bias_h, stride_c_h, stride_pad_b, T, D, scale,
-            dropout_p, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False,
-            BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC)
+            dq, q, do, m, l, delta, K, V, BIAS, CTAB, PAD, DBIAS, DC, seed, rows, offs_n, dims, start_m, start_n, bh,
+            stride_kt, stride_kd, stride_vt, stride_vd, T, D, qk_scale, log2e, keep_threshold, keep_scale,
+            HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False,
+            BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
     for start_n in range(below, tl.minimum(start_m + BLOCK_M, T), BLOCK_N):
         dq = _dq_tile(
-            dq, q, do, m, l, delta, K, V, BIAS, CTAB, PAD, DBIAS, DC, seed, rows, dims, start_m, start_n, b, h, bh,
-            stride_kt, stride_kd, stride_vt, stride_vd, stride_bias_h, stride_c_h, stride_pad_b, T, D, scale,
-            dropout_p, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, True,
-            BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC)
-    dq *= scale
-    tl.store(DQ + b * stride_qb + h * stride_qh + rows[:, None] * stride_qt + dims[None, :] * stride_qd,
-             dq.to(DQ.dtype.element_ty), mask=row_mask)
+            dq, q, do, m, l, delta, K, V, BIAS, CTAB, PAD, DBIAS, DC, seed, rows, offs_n, dims, start_m, start_n, bh,
+            stride_kt, stride_kd, stride_vt, stride_vd, T, D, qk_scale, log2e, keep_threshold, keep_scale,
+            HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, True,
+            BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
+    dq *= qk_scale / log2e  # scale
+    tl.store(DQ + q_offsets, dq.to(DQ.dtype.element_ty), mask=row_mask)
 
 
 @triton.jit
-def _dropout_mask_kernel(SEED, Out, T, dropout_p, BLOCK: tl.constexpr):
+def _delta_kernel(O, DO, Delta, stride_ob, stride_oh, stride_ot, stride_od,
+                  stride_dob, stride_doh, stride_dot, stride_dod, H, T,
+                  D: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    """``Delta[bh, i] = dO_i . O_i`` for BLOCK rows of one (batch, head), in the accumulator's dtype."""
+    start = tl.program_id(0) * BLOCK
+    bh = tl.program_id(1)
+    b = tl.cast(bh // H, tl.int64)
+    h = tl.cast(bh % H, tl.int64)
+    offs = tl.arange(0, BLOCK)
+    dims = tl.arange(0, BLOCK_D)
+    rows = start + offs
+    mask = (rows[:, None] < T) & (dims[None, :] < D)
+    first = tl.cast(start, tl.int64)
+    o = tl.load(O + b * stride_ob + h * stride_oh + first * stride_ot + offs[:, None] * stride_ot
+                + dims[None, :] * stride_od, mask=mask, other=0.0).to(ACC)
+    do = tl.load(DO + b * stride_dob + h * stride_doh + first * stride_dot + offs[:, None] * stride_dot
+                 + dims[None, :] * stride_dod, mask=mask, other=0.0).to(ACC)
+    tl.store(Delta + tl.cast(bh, tl.int64) * T + rows, tl.sum(o * do, 1), mask=rows < T)
+
+
+@triton.jit
+def _dropout_mask_kernel(SEED, Out, T, keep_threshold, keep_scale, BLOCK: tl.constexpr):
     """``Out[bh, i, j] = Z_ij`` of head ``bh``: the kernels' dropout scale, written out (for tests)."""
     bh = tl.program_id(1)
     seed = tl.load(SEED)
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    offs = tl.arange(0, BLOCK)
+    start_m = tl.program_id(0) * BLOCK
+    rows = start_m + offs
+    Out += tl.cast(bh, tl.int64) * T * T + tl.cast(start_m, tl.int64) * T  # this head's first row of the block
     for start_n in range(0, T, BLOCK):
-        cols = start_n + tl.arange(0, BLOCK)
-        z = _dropout_scale(seed, bh, rows, start_n, T, dropout_p, BLOCK, BLOCK)
-        tl.store(Out + bh * T * T + rows[:, None] * T + cols[None, :], z, mask=(rows[:, None] < T) & (cols[None, :] < T))
+        cols = start_n + offs
+        z = _dropout_scale(seed, bh, rows, start_n, keep_threshold, keep_scale, BLOCK, BLOCK)
+        tl.store(Out + offs[:, None] * T + cols[None, :], z, mask=(rows[:, None] < T) & (cols[None, :] < T))
 
 
-# Tiles (BLOCK_M queries, BLOCK_N keys, warps, pipeline stages) of the three kernels per (dtype: 16-bit,
-# TF32 or full float32; head dim <= 64 or wider). Chosen on a machine without a GPU with
-# benchmarks/fused_kernel.py --compile-check (sm_90, all tables, padding and dropout on): the largest tiles
-# that ptxas compiles without register spills, with wgmma wherever there are tensor cores to use. Only
-# TF32 at head dim 128 spills (dK/dV: 120-140 bytes with every tile that keeps wgmma), and full float32
-# (forced only) 4 bytes. Untimed: benchmarks/fused_kernel.py --blocks tries others on a GPU.
+# Tiles (BLOCK_M queries, BLOCK_N keys, warps, pipeline stages) of the three kernels per architecture
+# (sm_90: H100/H200; sm_80: A100, 163 KB of shared memory per block; sm_86: sm_86/87/89 and older, 99 KB),
+# kind of product (16-bit, TF32 or full float32) and head dim (<= 64 or wider). Chosen on a machine without
+# a GPU with python -m benchmarks.fused_kernel --compile-check (all tables, padding and dropout on, the most
+# registers): the largest tiles that ptxas compiles without register spills under both tested tritons
+# (3.7.1, 3.9.0), with wgmma on sm_90 wherever there are tensor cores to use. The dK/dV tile holds 32 to
+# 128 keys; its query step is 16 at head dim 128 (32 spills 72 bytes on sm_90). 16-bit is checked on every
+# architecture (sm_86: the sm_80 tiles, all under 99 KB, except a 32-key dK/dV tile at head dim 128, as 64
+# keys spill there); TF32 and float32 (not what training runs) on sm_90 only: TF32 at head dim 128
+# spills a little in dK/dV with any tile that keeps wgmma. Untimed: python -m benchmarks.fused_kernel
+# --blocks tries others on a GPU.
 GPU_BLOCKS = {
-    ("16-bit", 64): dict(forward=(128, 64, 8, 2), dkdv=(32, 128, 8, 2), dq=(128, 32, 8, 2)),
-    ("16-bit", 128): dict(forward=(128, 64, 8, 2), dkdv=(16, 64, 8, 2), dq=(64, 32, 4, 2)),
-    ("tf32", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(128, 32, 8, 2)),
-    ("tf32", 128): dict(forward=(128, 32, 8, 2), dkdv=(32, 64, 8, 2), dq=(64, 16, 8, 2)),
-    ("float32", 64): dict(forward=(32, 32, 4, 2), dkdv=(16, 32, 4, 2), dq=(64, 32, 8, 2)),  # no tensor cores
-    ("float32", 128): dict(forward=(32, 16, 4, 2), dkdv=(16, 32, 4, 2), dq=(32, 16, 4, 2)),
+    ("sm_90", "16-bit", 64): dict(forward=(128, 64, 8, 2), dkdv=(32, 128, 8, 2), dq=(128, 32, 8, 2)),
+    ("sm_90", "16-bit", 128): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(64, 16, 4, 2)),
+    ("sm_80", "16-bit", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 128, 8, 2), dq=(128, 16, 8, 2)),
+    ("sm_80", "16-bit", 128): dict(forward=(64, 32, 4, 2), dkdv=(16, 64, 8, 2), dq=(16, 32, 4, 2)),
+    ("sm_86", "16-bit", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 128, 8, 2), dq=(128, 16, 8, 2)),
+    ("sm_86", "16-bit", 128): dict(forward=(64, 32, 4, 2), dkdv=(16, 32, 8, 2), dq=(16, 32, 4, 2)),
+    ("sm_90", "tf32", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(128, 32, 8, 2)),
+    ("sm_90", "tf32", 128): dict(forward=(128, 32, 8, 2), dkdv=(32, 64, 8, 2), dq=(64, 16, 8, 2)),
+    ("sm_90", "float32", 64): dict(forward=(32, 32, 4, 2), dkdv=(16, 32, 4, 2), dq=(64, 32, 8, 2)),  # no tensor cores
+    ("sm_90", "float32", 128): dict(forward=(32, 16, 4, 2), dkdv=(16, 32, 4, 2), dq=(32, 16, 4, 2)),
 }
 TABLE_GRADS = "dq"
 # Under the interpreter: small tiles, both shapes of dK/dQ tiles, so tests exercise both shears.
 INTERPRETER_BLOCKS = dict(forward=(16, 16, 1, 1), dkdv=(16, 32, 1, 1), dq=(32, 16, 1, 1), table_grads="dq")
 
 
-def gpu_blocks(head_dim: int, dtype: torch.dtype, precision: Optional[str] = None) -> dict:
-    """The tiles the kernels use on a GPU for this head dim and dtype (float32: TF32 products where torch
-    allows them now, or as ``precision``, "tf32" or "ieee", says)."""
+def architecture(capability) -> str:
+    """The tile table's architecture for a compute capability ``(major, minor)``: sm_90 from Hopper on,
+    sm_80 for the A100's 8.0, sm_86 (99 KB of shared memory per block, or less) otherwise."""
+    if tuple(capability) >= (9, 0):
+        return "sm_90"
+    return "sm_80" if tuple(capability) == (8, 0) else "sm_86"
+
+
+def gpu_blocks(head_dim: int, dtype: torch.dtype, precision: Optional[str] = None, capability=None) -> dict:
+    """The tiles the kernels use on a GPU of ``capability`` (default: the current device's, or sm_90 where
+    there is none) for this head dim and dtype (float32: TF32 products where torch allows them now, or as
+    ``precision``, "tf32" or "ieee", says)."""
     precision = precision or _precision(dtype)
     kind = {"tf32": "tf32", "ieee": "float32"}[precision] if dtype == torch.float32 else "16-bit"
-    return dict(GPU_BLOCKS[kind, 64 if head_dim <= 64 else 128], table_grads=TABLE_GRADS)
+    if capability is None:
+        capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else (9, 0)
+    arch = architecture(capability)
+    width = 64 if head_dim <= 64 else 128
+    tiles = GPU_BLOCKS.get((arch, kind, width), GPU_BLOCKS["sm_90", kind, width])
+    return dict(tiles, table_grads=TABLE_GRADS)
 
 
 def _blocks(device: torch.device, head_dim: int, dtype: torch.dtype, blocks: Optional[dict]) -> dict:
-    chosen = dict(INTERPRETER_BLOCKS) if device.type == "cpu" else gpu_blocks(head_dim, dtype)
+    if device.type == "cpu":
+        chosen = dict(INTERPRETER_BLOCKS)
+    else:
+        chosen = gpu_blocks(head_dim, dtype, capability=torch.cuda.get_device_capability(device))
     chosen.update(blocks or {})
     return chosen
 
@@ -460,25 +573,55 @@ def _precision(dtype: torch.dtype) -> str:
     return "ieee"
 
 
+def dropout_keep(dropout_p: float):
+    """``(threshold, scale)`` of attention dropout at rate ``p``: an entry is kept when its 8-bit uniform
+    is at least ``threshold = round(256 p)`` (probability ``(256 - threshold) / 256``), and scaled by
+    ``256 / (256 - threshold)``, the inverse of that probability, so that ``E[Z] = 1``."""
+    threshold = int(round(dropout_p * 256))
+    if not 0 <= threshold < 256:
+        raise ValueError(f"dropout_p {dropout_p} rounds to dropping every entry (8-bit thresholds: p < 255.5 / 256)")
+    return threshold, 256.0 / (256 - threshold)
+
+
+def _scores_base(dtype: torch.dtype):
+    """(EXP2, log2e): base-2 softmax with log2(e) folded into the scale, except in float64 (base e, so
+    that float64 runs hold the exact scale)."""
+    return (False, 1.0) if dtype == torch.float64 else (True, LOG2E)
+
+
 def launch_forward(q, k, v, bias, ctab, pad, out, row_max, row_sum, scale: float, cfg: dict,
                    dropout_p: float = 0.0, seed: Optional[torch.Tensor] = None) -> None:
-    """Run the forward kernel: ``out`` (laid out like ``q``), ``row_max`` and ``row_sum`` ``(B * H, T)``.
+    """Run the forward kernel: ``out`` (laid out like ``q``), ``row_max`` (in base 2, except float64) and
+    ``row_sum`` ``(B * H, T)``.
 
     ``bias``, ``ctab`` ``(H, >= T)`` in the accumulator's dtype, ``pad`` ``(B, T)`` int8, or ``None``;
     ``seed`` a one-element int64 tensor when ``dropout_p > 0``.
     """
     batch, heads, length, head_dim = q.shape
     acc_tl, _ = _accumulator(q.dtype)
+    exp2, log2e = _scores_base(q.dtype)
+    threshold, keep_scale = dropout_keep(dropout_p)
     dummy = row_max
     block_m, block_n, warps, stages = _tiles(cfg, "forward")
     _forward_kernel[(triton.cdiv(length, block_m), batch * heads)](
         q, k, v, _or(bias, dummy), _or(ctab, dummy), _or(pad, dummy), _or(seed, dummy), out, row_max, row_sum,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
         _row_stride(bias), _row_stride(ctab), _row_stride(pad),
-        heads, length, scale, float(dropout_p),
+        heads, length, scale * log2e, log2e, threshold, keep_scale,
         HAS_BIAS=bias is not None, HAS_C=ctab is not None, HAS_PAD=pad is not None, HAS_DROPOUT=dropout_p > 0,
         D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=_block_d(head_dim),
-        PRECISION=_precision(q.dtype), ACC=acc_tl, num_warps=warps, num_stages=stages,
+        PRECISION=_precision(q.dtype), ACC=acc_tl, EXP2=exp2, num_warps=warps, num_stages=stages,
+    )
+
+
+def launch_delta(out, grad_out, delta) -> None:
+    """``delta`` ``(B * H, T)`` in the accumulator's dtype: ``D_i = dO_i . O_i``."""
+    batch, heads, length, head_dim = out.shape
+    acc_tl, _ = _accumulator(out.dtype)
+    block = 16 if out.device.type == "cpu" else 64
+    _delta_kernel[(triton.cdiv(length, block), batch * heads)](
+        out, grad_out, delta, *out.stride(), *grad_out.stride(), heads, length,
+        D=head_dim, BLOCK=block, BLOCK_D=_block_d(head_dim), ACC=acc_tl, num_warps=4 if block > 16 else 1,
     )
 
 
@@ -487,21 +630,23 @@ def launch_backward(q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta,
     """Run the two backward kernels: ``dq``, ``dk``, ``dv`` (laid out like q, k, v), and add the table
     gradients into ``d_bias``, ``d_c`` (zeroed, laid out like ``bias``, ``ctab``; ``None``: not wanted).
 
-    ``delta`` ``(B * H, T)``: ``D_i = dO_i . O_i``.
+    ``delta`` ``(B * H, T)``: ``D_i = dO_i . O_i`` (:func:`launch_delta`).
     """
     batch, heads, length, head_dim = q.shape
     acc_tl, _ = _accumulator(q.dtype)
+    exp2, log2e = _scores_base(q.dtype)
+    threshold, keep_scale = dropout_keep(dropout_p)
     dummy = row_max
     if dk.stride() != k.stride() or dv.stride() != v.stride() or dq.stride() != q.stride():
         raise ValueError("dq, dk, dv must be laid out like q, k, v: the kernels reuse the strides")
     common = (
         *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(),
         _row_stride(bias), _row_stride(ctab), _row_stride(pad),
-        heads, length, scale, float(dropout_p),
+        heads, length, scale * log2e, log2e, threshold, keep_scale,
     )
     flags = dict(HAS_BIAS=bias is not None, HAS_C=ctab is not None, HAS_PAD=pad is not None,
                  HAS_DROPOUT=dropout_p > 0, D=head_dim, BLOCK_D=_block_d(head_dim), PRECISION=_precision(q.dtype),
-                 ACC=acc_tl)
+                 ACC=acc_tl, EXP2=exp2)
     inputs = (q, k, v, _or(bias, dummy), _or(ctab, dummy), _or(pad, dummy), _or(seed, dummy), grad_out,
               row_max, row_sum, delta)
     in_dq = cfg["table_grads"] == "dq"
@@ -532,11 +677,39 @@ def _block_d(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
 
+def _dense(x: torch.Tensor) -> bool:
+    """Whether ``x``'s elements fill its memory once, in some order of its dims (no overlap, no gaps):
+    then ``torch.empty_strided(x.shape, x.stride())`` holds a gradient laid out like it."""
+    expected = 1
+    for stride, size in sorted((st, n) for st, n in zip(x.stride(), x.shape) if n != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def tile_offsets_fit(x: torch.Tensor) -> bool:
+    """Whether offsets inside a tile of ``x`` ``(B, H, T, d)``, ``(MAX_TILE - 1) * stride_t + (d - 1) *
+    stride_d``, fit in int32 (the pointer bases of batch, head and tile are int64 in any case)."""
+    return (MAX_TILE - 1) * abs(x.stride(2)) + (x.size(3) - 1) * abs(x.stride(3)) < 2**31
+
+
+def _kernel_layout(x: torch.Tensor) -> torch.Tensor:
+    """``x`` itself where the kernels can use its strides (dense, tile offsets int32); a contiguous copy otherwise."""
+    return x if _dense(x) and tile_offsets_fit(x) else x.contiguous()
+
+
+def _like(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+
+
 def attention_dropout_mask(seed: torch.Tensor, batch: int, heads: int, length: int, dropout_p: float) -> torch.Tensor:
-    """``(B, H, T, T)`` float32: the kernels' ``Z`` for ``seed`` (``1 / (1 - p)`` kept, 0 dropped), on seed's device."""
+    """``(B, H, T, T)`` float32: the kernels' ``Z`` for ``seed`` (:func:`dropout_keep`'s scale kept, 0 dropped), on seed's device."""
     out = torch.empty(batch * heads, length, length, device=seed.device, dtype=torch.float32)
     block = 64
-    _dropout_mask_kernel[(triton.cdiv(length, block), batch * heads)](seed, out, length, float(dropout_p), BLOCK=block)
+    threshold, keep_scale = dropout_keep(dropout_p)
+    _dropout_mask_kernel[(triton.cdiv(length, block), batch * heads)](seed, out, length, threshold, keep_scale,
+                                                                      BLOCK=block)
     return out.view(batch, heads, length, length)
 
 
@@ -556,7 +729,7 @@ class FusedCausalURPEAttention(torch.autograd.Function):
         bias = bias_by_distance.to(acc_torch).contiguous() if bias_by_distance is not None else None
         ctab = c_by_distance.to(acc_torch).contiguous() if c_by_distance is not None else None
         pad = key_padding_mask.to(torch.int8).contiguous() if key_padding_mask is not None else None
-        out = torch.empty_like(q)
+        out = _like(q)
         row_max = torch.empty(batch * heads, length, device=q.device, dtype=acc_torch)
         row_sum = torch.empty_like(row_max)
         launch_forward(q, k, v, bias, ctab, pad, out, row_max, row_sum, scale, cfg, dropout_p, seed)
@@ -573,8 +746,10 @@ class FusedCausalURPEAttention(torch.autograd.Function):
         q, k, v, out, bias, ctab, pad, row_max, row_sum, seed = ctx.saved_tensors
         batch, heads, length, head_dim = q.shape
         _, acc_torch = _accumulator(q.dtype)
-        delta = (grad_out.to(acc_torch) * out.to(acc_torch)).sum(-1).reshape(batch * heads, length)  # D_i
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        grad_out = _kernel_layout(grad_out)
+        delta = torch.empty_like(row_max)  # (B * H, T): D_i
+        launch_delta(out, grad_out, delta)
+        dq, dk, dv = _like(q), _like(k), _like(v)
         d_bias = torch.zeros_like(bias) if bias is not None and ctx.needs_input_grad[3] else None  # (H, >= T)
         d_c = torch.zeros_like(ctab) if ctab is not None and ctx.needs_input_grad[4] else None
         launch_backward(q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta, dq, dk, dv, d_bias, d_c,
@@ -609,7 +784,8 @@ def fused_causal_urpe_attention(
         c_by_distance: ``(H, >= T)``: ``C_ij = c_by_distance[h, i - j]``, or ``None`` (``C = 1``).
         key_padding_mask: ``(B, T)`` bool, true at padded keys, or ``None``.
         scale: multiplies ``Q K^T``; default ``1 / sqrt(d)``.
-        dropout_p: attention dropout on ``A ⊙ C`` (kept entries scaled by ``1 / (1 - p)``); ``T <= 131064``.
+        dropout_p: attention dropout on ``A ⊙ C``, at ``p`` rounded to a multiple of 1/256, kept entries
+            scaled by the inverse of the keep rate (:func:`dropout_keep`).
         dropout_seed: one-element int64 tensor on q's device choosing the mask (see
             :func:`attention_dropout_mask`); default: drawn from torch's generator (:func:`new_dropout_seed`).
         blocks: overrides of the tile choices (keys and values as in ``INTERPRETER_BLOCKS``; a tile's
@@ -634,16 +810,15 @@ def fused_causal_urpe_attention(
         raise ValueError(f"batch x heads = {batch * heads} exceeds the kernel grid's 65535")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
-    if dropout_p > 0 and length > MAX_DROPOUT_LENGTH:
-        raise ValueError(f"attention dropout in the kernel supports T <= {MAX_DROPOUT_LENGTH}; got {length}")
+    dropout_keep(dropout_p)  # raises where p rounds to 1
     if length == 0:
         return torch.empty_like(q)
     seed = None
     if dropout_p > 0:
         seed = new_dropout_seed(q.device) if dropout_seed is None else dropout_seed.to(q.device, torch.int64).reshape(1)
     # Gradients are allocated like their inputs and written with the inputs' strides: make overlapping
-    # or gapped views (e.g. expanded k, v) dense first.
-    q, k, v = (x if torch.empty_like(x).stride() == x.stride() else x.contiguous() for x in (q, k, v))
+    # or gapped views (e.g. expanded k, v) dense first, and views whose tile offsets overflow int32.
+    q, k, v = (_kernel_layout(x) for x in (q, k, v))
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
     return FusedCausalURPEAttention.apply(q, k, v, bias_by_distance, c_by_distance, key_padding_mask, scale,
                                           float(dropout_p), seed, blocks)

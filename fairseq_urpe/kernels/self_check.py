@@ -1,8 +1,11 @@
 """The fused kernel checks itself on first use: a small forward+backward against the plain reference.
 
 One check per configuration the kernel is compiled for (:class:`KernelConfig`: device, dtype, head dim,
-which tables, padding, dropout, TF32 for float32), on inputs of that configuration: ``B = 2, H = 2`` and a length that
-spans several tiles and is a multiple of none; the output and every gradient (q, k, v, both tables)
+which tables, padding, dropout, TF32 for float32), on inputs of that configuration laid out as the
+attention module passes them: ``B = 2, H = 2``, q, k, v and the upstream gradient views of ``(T, B, H d)``
+tensors (fairseq's layout, permuted to ``(B, H, T, d)``), q scaled by ``1 / sqrt(d)`` beforehand and the
+kernel's scale 1; at two lengths (:func:`check_lengths`): a multiple of 128 (Triton compiles lengths
+divisible by 16 separately) and an odd one spanning several tiles (64 and 45 under the interpreter). The output and every gradient (q, k, v, both tables)
 against :func:`~fairseq_urpe.kernels.reference.causal_urpe_attention_reference` computed in at least
 float32 from the same inputs (and, with dropout, the kernel's own mask). Error: ``max |fused - ref| /
 max |ref|`` per tensor (:func:`relative_error`); the report names every tensor over the tolerance and the
@@ -42,9 +45,10 @@ class KernelConfig(NamedTuple):
         return f"{self.device}, {str(self.dtype).replace('torch.', '')}, head dim {self.head_dim}, {tables}{extras}"
 
 
-def check_length(device: torch.device) -> int:
-    """Two tiles of the largest kind and part of a third on a GPU; past one tile under the interpreter."""
-    return 32 + 13 if device.type == "cpu" else 2 * 128 + 45
+def check_lengths(device: torch.device):
+    """A multiple of 128 and an odd length past two of the largest tiles on a GPU; under the interpreter
+    (tiles of 16 and 32, no specialisations) 64 and an odd length past one tile."""
+    return (64, 32 + 13) if device.type == "cpu" else (2 * 128, 2 * 128 + 45)
 
 
 def tolerance(config: KernelConfig) -> float:
@@ -58,21 +62,29 @@ def kernel_error(config: KernelConfig) -> Optional[str]:
     """``None`` where the kernel matches the reference in this configuration; else what went wrong
     (the tensors over the tolerance and the largest error, or the exception the kernel raised)."""
     try:
-        errors = kernel_errors(config)
+        errors = {length: kernel_errors(config, length) for length in check_lengths(torch.device(config.device))}
     except Exception as error:  # compile error, out of resources, grid limits, ...
         return f"the kernel raised {type(error).__name__}: {' '.join(str(error).split())[:300]}"
     accepted = tolerance(config)
+    worst_length, errors = max(errors.items(), key=lambda item: _worst(item[1], accepted))
     wrong = [name for name, err in errors.items() if not err <= accepted]  # NaN is wrong
     if not wrong:
         return None
     worst = max(wrong, key=lambda name: errors[name] if errors[name] == errors[name] else float("inf"))
-    return (f"{', '.join(wrong)} differ{'s' if len(wrong) == 1 else ''} from the reference: max error / max value "
-            f"= {errors[worst]:.3g} in the {worst.replace('gradient of the ', 'gradient of ')} (accepted: {accepted:g})")
+    return (f"{', '.join(wrong)} differ{'s' if len(wrong) == 1 else ''} from the reference at T = {worst_length}: max "
+            f"error / max value = {errors[worst]:.3g} in the {worst.replace('gradient of the ', 'gradient of ')} "
+            f"(accepted: {accepted:g})")
+
+
+def _worst(errors: dict, accepted: float):
+    """Order of badness of one length's errors: how many are over the tolerance (NaN counts), then the largest."""
+    over = [e for e in errors.values() if not e <= accepted]
+    return len(over), max((e if e == e else float("inf")) for e in errors.values())
 
 
 def kernel_errors(config: KernelConfig, length: Optional[int] = None, batch: int = 2, heads: int = 2):
     """``{tensor: max |fused - ref| / max |ref|}`` for the output and every gradient, on the check's
-    inputs (``length`` default :func:`check_length`); exceptions of the kernel propagate."""
+    inputs (``length`` default: the first of :func:`check_lengths`); exceptions of the kernel propagate."""
     # Whatever the caller runs under (no_grad, inference_mode, autocast), the check needs plain autograd.
     with torch.inference_mode(False), torch.enable_grad():
         return _kernel_errors(config, length, batch, heads)
@@ -83,13 +95,20 @@ def _kernel_errors(config: KernelConfig, length: Optional[int], batch: int, head
     from .reference import causal_urpe_attention_reference
 
     device = torch.device(config.device)
-    length = check_length(device) if length is None else length
+    length = check_lengths(device)[0] if length is None else length
     cpu = torch.Generator().manual_seed(20240521)  # private: the caller's random streams stay as they were
+    d = config.head_dim
 
     def randn(*shape):
         return torch.randn(*shape, generator=cpu, dtype=torch.float64)
 
-    q, k, v = (randn(batch, heads, length, config.head_dim).to(device, config.dtype).requires_grad_() for _ in range(3))
+    def caller_layout(x):
+        """(T, B, H d) -> the (B, H, T, d) view the attention module passes (strides (H d, d, B H d, 1))."""
+        return x.to(device, config.dtype).view(length, batch, heads, d).permute(1, 2, 0, 3)
+
+    # q as the module scales it (by 1 / sqrt(d), before the kernel, which then scales by 1)
+    q = caller_layout(randn(length, batch, heads * d) / math.sqrt(d)).detach().requires_grad_()
+    k, v = (caller_layout(randn(length, batch, heads * d)).detach().requires_grad_() for _ in range(2))
     wide = torch.promote_types(config.dtype, torch.float32)  # the tables' and the reference's dtype
     bias = randn(heads, length).to(device, wide).requires_grad_() if config.bias else None
     c = (randn(heads, length).abs() + 0.5).to(device, wide).requires_grad_() if config.toeplitz else None
@@ -99,8 +118,8 @@ def _kernel_errors(config: KernelConfig, length: Optional[int], batch: int, head
         pad[0, length - min(7, length - 1):] = True  # right padding
         pad[-1, :min(3, length)] = True  # left padding: the first queries see only pads
         pad = pad.to(device)
-    upstream = randn(batch, heads, length, config.head_dim).to(device, config.dtype)
-    scale = 1.0 / math.sqrt(config.head_dim)
+    upstream = caller_layout(randn(length, batch, heads * d))
+    scale = 1.0
     leaves = [("q", q), ("k", k), ("v", v), ("bias table", bias), ("Toeplitz table", c)]
     leaves = [(name, x) for name, x in leaves if x is not None]
     with torch.enable_grad(), torch.autocast(device.type, enabled=False):

@@ -151,8 +151,9 @@ class RelativeMultiheadAttention(MultiheadAttention):
                                dropout_p, self.dot_product, padding=key_padding_mask is not None,
                                tables=(tables.bias is not None, tables.reweight is not None)):
             out = fused_relative_attention(q, k, v, tables.causal(tables.bias), tables.causal(tables.reweight),
-                                           key_padding_mask, dropout_p=dropout_p)  # (B, H, T, d)
-            return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None
+                                           key_padding_mask, dropout_p=dropout_p, impl=self.attention_impl)
+            if out is not None:  # None: auto, and this launch signature failed its first launch (dense below)
+                return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None  # out (B, H, T, d)
 
         in_place = self.dot_product  # only then is `scores` a fresh (B, H, T, S) tensor of our own
         if self.dot_product:

@@ -21,9 +21,9 @@ from tests.reference import causal_mask  # noqa: E402
 def test_fused_dropout_equals_the_reference_fed_the_kernels_mask_forward_and_backward():
     q, k, v, bias, c, pad = make_inputs(2, 3, 37, 16, torch.float64, padding="left", seed=6)
     seed = torch.tensor([987654321987], dtype=torch.int64)
-    mask = attention_dropout_mask(seed, 2, 3, 37, 0.3)  # (B, H, T, T): 0 or 1 / 0.7
+    mask = attention_dropout_mask(seed, 2, 3, 37, 0.3)  # (B, H, T, T): 0 or 256 / (256 - round(0.3 * 256))
     values = mask.unique()
-    assert len(values) == 2 and values[0] == 0 and values[1].item() == pytest.approx(1 / 0.7)
+    assert len(values) == 2 and values[0] == 0 and values[1].item() == pytest.approx(256 / 179, rel=1e-7)
     out = fused_causal_urpe_attention(q, k, v, bias, c, pad, 0.25, dropout_p=0.3, dropout_seed=seed)
     want = causal_urpe_attention_reference(q, k, v, bias, c, pad, 0.25, dropout_mask=mask)
     torch.testing.assert_close(out, want, rtol=1e-10, atol=1e-11)
@@ -37,8 +37,27 @@ def test_fused_dropout_equals_the_reference_fed_the_kernels_mask_forward_and_bac
     assert not torch.allclose(out, causal_urpe_attention_reference(q, k, v, bias, c, pad, 0.25))
 
 
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.77])
+def test_dropout_keeps_at_the_8_bit_rate_and_its_mean_is_exactly_one(p):
+    """Kept when the 8-bit uniform is at least t = round(256 p): probability (256 - t) / 256, which the
+    kept entries' scale inverts exactly, so E[Z] = 1 (not 1 - p times 1 / (1 - p) with p off the grid)."""
+    threshold, keep_scale = kernel.dropout_keep(p)
+    assert threshold == round(256 * p) and keep_scale * (256 - threshold) / 256 == pytest.approx(1.0, abs=1e-15)
+    z = attention_dropout_mask(torch.tensor([31337]), 2, 2, 192, p).double()  # (B, H, T, T)
+    kept = (z > 0).double()
+    keep = (256 - threshold) / 256
+    n = z.numel()
+    assert abs(kept.mean().item() - keep) < 5 * (keep * (1 - keep) / n) ** 0.5  # five standard deviations
+    assert torch.all((z == 0) | (z == torch.tensor(keep_scale, dtype=torch.float32).double()))
+    z_std = keep_scale * (keep * (1 - keep)) ** 0.5  # of one entry
+    assert abs(z.mean().item() - 1.0) < 5 * z_std / n ** 0.5
+    # Every byte position of a Philox call draws alike: the keep rate per key position mod 16 agrees.
+    per_position = kept.reshape(-1, 192 // 16, 16).mean((0, 1))
+    assert (per_position - keep).abs().max().item() < 5 * (keep * (1 - keep) / (n / 16)) ** 0.5
+
+
 def test_dropout_mask_keeps_one_minus_p_independently_and_follows_the_seed():
-    p, batch, heads, length = 0.2, 2, 3, 160
+    p, batch, heads, length = 0.25, 2, 3, 160  # 0.25 = 64 / 256: on the 8-bit grid
     mask = attention_dropout_mask(torch.tensor([5]), batch, heads, length, p) > 0  # (B, H, T, T) kept
     n = mask.numel()
     tolerance = 5 * (p * (1 - p) / n) ** 0.5  # five standard deviations

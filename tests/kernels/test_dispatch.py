@@ -4,6 +4,8 @@ The fused runs use Triton's interpreter on CPU (``--urpe-attention-impl fused`` 
 set in conftest.py), in float64, so fused and dense must agree to rounding.
 """
 
+import logging
+
 import pytest
 import torch
 
@@ -183,3 +185,59 @@ def test_every_bias_kind_fused_equals_dense_with_unique_toeplitz(bias_kind, fuse
     names = ["x"] + [n for n, _ in attns[0].named_parameters()]
     for name, got, want in zip(names, results[0][1], results[1][1]):
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10, msg=lambda m: f"gradient of {name}: {m}")
+
+
+def test_a_failing_first_launch_of_a_new_specialisation_falls_back_in_auto_and_raises_in_fused(monkeypatch, caplog):
+    """A launch signature the self-check did not compile (here: lengths divisible by 16, whose backward is
+    made to fail as out of shared memory would) is tried on the call's own inputs first: auto warns once
+    and computes that signature densely (the dense module's result), other signatures still run fused;
+    fused raises naming the flag."""
+    from fairseq_urpe.kernels import fused_urpe_attention as kernel
+
+    monkeypatch.setattr(dispatch, "_why_not_fused", lambda *args, **kwargs: None)  # as on a GPU
+    monkeypatch.setattr(dispatch, "self_check_passed", lambda impl, config: True)
+    monkeypatch.setattr(dispatch, "_LAUNCHES", {})
+    monkeypatch.setattr(dispatch, "_WARNED", set())
+    backward, launches = kernel.launch_backward, []
+
+    def launch_backward(q, *args, **kwargs):
+        launches.append(q.size(2))
+        if q.size(2) % 16 == 0:
+            raise RuntimeError("out of resource: shared memory, Required: 132096, Hardware limit: 101376")
+        return backward(q, *args, **kwargs)
+
+    monkeypatch.setattr(kernel, "launch_backward", launch_backward)
+    fused_calls = []
+    monkeypatch.setattr("fairseq_urpe.modules.relative_multihead_attention.fused_relative_attention",
+                        spy(dispatch.fused_relative_attention, fused_calls))
+    auto, dense = make_attention("urpe_unique", seed=4), make_attention("urpe_unique", seed=4)
+    dense.attention_impl = "dense"
+    with caplog.at_level(logging.WARNING, logger=dispatch.__name__):
+        for length in (32, 32, 19):
+            x = torch.randn(length, 2, EMBED, dtype=torch.float64, requires_grad=True)
+            got = auto(x, x, x, attn_mask=causal_mask(length), need_weights=False)[0]
+            want = dense(x, x, x, attn_mask=causal_mask(length), need_weights=False)[0]
+            torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+            got.sum().backward()  # T = 32 computed densely: its backward never reaches the kernel
+    assert launches == [32, 19, 19]  # T = 32 tried once (the first launch); T = 19: its check, then the call
+    assert len(fused_calls) == 3
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "the fused kernel failed at its first launch for cpu, float64, B=2, H=3, T=32" in warnings[0]
+    assert "out of resource: shared memory" in warnings[0] and "dense attention for the rest of the process" in warnings[0]
+    auto.attention_impl = "fused"
+    x = torch.randn(32, 2, EMBED, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match=r"--urpe-attention-impl fused: the fused kernel failed at its first launch "
+                                           r"for .*T=32.*out of resource"):
+        auto(x, x, x, attn_mask=causal_mask(32), need_weights=False)
+
+
+def test_launch_key_tells_triton_specialisations_apart():
+    """Lengths or strides divisible by 16 or equal to 1, and misaligned pointers, compile separately."""
+    def key(length, offset=0, **kwargs):
+        x = torch.zeros(2 * 3 * length * 16 + offset)[offset:].view(2, 3, length, 16)
+        return dispatch.launch_key(x, x, x, **kwargs)
+
+    assert key(19) == key(21)  # the same specialisation
+    assert key(32) == key(48)
+    assert len({key(19), key(32), key(1), key(19, offset=1), key(19, dropout_p=0.1)}) == 5

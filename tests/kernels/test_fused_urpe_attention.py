@@ -9,6 +9,7 @@ import torch
 
 pytest.importorskip("triton")
 
+from fairseq_urpe.kernels import fused_urpe_attention as kernel  # noqa: E402
 from fairseq_urpe.kernels.fused_urpe_attention import (  # noqa: E402
     INTERPRETER_BLOCKS,
     fused_causal_urpe_attention,
@@ -133,6 +134,74 @@ def test_refuses_inputs_it_cannot_compute():
         fused_causal_urpe_attention(big, big, big)
     with pytest.raises(ValueError, match="dropout_p must be in"):
         fused_causal_urpe_attention(q, q, q, dropout_p=1.0)
-    with pytest.raises(ValueError, match="attention dropout in the kernel supports T <= 131064"):
-        long = torch.zeros(1, 1, 1, 16).expand(1, 1, 131065, 16)
-        fused_causal_urpe_attention(long, long, long, dropout_p=0.1)
+    with pytest.raises(ValueError, match="rounds to dropping every entry"):
+        fused_causal_urpe_attention(q, q, q, dropout_p=0.999)
+
+
+@pytest.mark.parametrize("length", [64, 37], ids=["multiple_of_16", "odd"])
+def test_matches_reference_in_fairseqs_permuted_layout_with_scale_one(length):
+    """As the attention module calls it: q, k, v views of (T, B, H d) projections (strides (H d, d, B H d, 1)),
+    q scaled beforehand and the kernel's scale 1; a length divisible by 16 is a Triton specialisation of its own."""
+    batch, heads, d = 2, 3, 16
+    torch.manual_seed(length)
+
+    def projection():
+        x = torch.randn(length, batch, heads * d, dtype=torch.float64)
+        return x.view(length, batch, heads, d).permute(1, 2, 0, 3).requires_grad_()
+
+    q, k, v = (projection() for _ in range(3))
+    assert q.stride() == (heads * d, d, batch * heads * d, 1)
+    with torch.no_grad():
+        q.mul_(d ** -0.5)
+    _, _, _, bias_table, c_table, mask = make_inputs(batch, heads, length, d, torch.float64, padding="left", seed=length)
+    assert_matches_reference((q, k, v, bias_table, c_table, mask), torch.float64, scale=1.0)
+
+
+def test_views_whose_tile_offsets_overflow_int32_are_copied_and_others_are_not():
+    """Pointer bases are int64; offsets inside a tile are int32, which holds for any row stride below
+    2^31 / 128: beyond that (and for overlapping or gapped views) the wrapper copies."""
+    d = 16
+    fits = torch.empty_strided((1, 1, 4, d), (0, 0, (2**31 - d) // 127 - 1, 1))  # virtual memory only
+    too_far = torch.empty_strided((1, 1, 4, d), (0, 0, (2**31 - d) // 127 + 1, 1))
+    assert kernel.tile_offsets_fit(fits) and not kernel.tile_offsets_fit(too_far)
+    assert kernel._kernel_layout(too_far).stride() == (4 * d, 4 * d, d, 1)  # a contiguous copy
+    permuted = torch.empty(7, 2, 3 * d).view(7, 2, 3, d).permute(1, 2, 0, 3)  # fairseq's layout: used as it is
+    assert kernel._kernel_layout(permuted).data_ptr() == permuted.data_ptr()
+    expanded = torch.empty(2, 1, 7, d).expand(2, 3, 7, d)  # overlapping: copied
+    assert kernel._kernel_layout(expanded).stride() == (3 * 7 * d, 7 * d, d, 1)
+
+
+def test_pointer_bases_are_64_bit_past_2_31_elements():
+    """Head 2 of q, k, v, dO (and of the output and gradients) starts 2 (2^30 + 64) elements after head 0:
+    ``h * stride_h`` is past int32 (with int32 products the address wraps negative: a crash or a wrong read).
+    The tensors are views into two 8 GiB buffers never touched beyond the few pages the views hold
+    (virtual memory only); forward and backward must match the reference on compact copies."""
+    batch, heads, length, d = 1, 3, 20, 16
+    stride_h = 2**30 + 64
+    assert (heads - 1) * stride_h >= 2**31 and stride_h < 2**31  # a product past int32 of int32 arguments
+    inputs, outputs = (torch.empty((heads - 1) * stride_h + 8 * length * d, dtype=torch.float32) for _ in range(2))
+    strides = (heads * stride_h, stride_h, d, 1)
+
+    def view(buffer, slot):
+        return buffer.as_strided((batch, heads, length, d), strides, slot * length * d)
+
+    torch.manual_seed(9)
+    q, k, v, grad_out = (view(inputs, slot) for slot in range(4))
+    out, dq, dk, dv = (view(outputs, slot) for slot in range(4))
+    for x in (q, k, v, grad_out):
+        x.copy_(torch.randn(batch, heads, length, d, dtype=torch.float32))
+    bias = torch.randn(heads, length, dtype=torch.float32)
+    ctab = torch.rand(heads, length, dtype=torch.float32) + 0.5
+    row_max, row_sum, delta = (torch.empty(batch * heads, length, dtype=torch.float32) for _ in range(3))
+    d_bias, d_c = torch.zeros_like(bias), torch.zeros_like(ctab)
+    cfg = dict(INTERPRETER_BLOCKS)
+    kernel.launch_forward(q, k, v, bias, ctab, None, out, row_max, row_sum, 0.25, cfg)
+    kernel.launch_delta(out, grad_out, delta)
+    kernel.launch_backward(q, k, v, bias, ctab, None, grad_out, row_max, row_sum, delta, dq, dk, dv, d_bias, d_c, 0.25, cfg)
+
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v, bias, ctab)]
+    want = causal_urpe_attention_reference(*leaves[:3], leaves[3], leaves[4], None, 0.25)
+    expected = torch.autograd.grad(want, leaves, grad_out.clone())
+    for name, got, e in zip(("output", "dq", "dk", "dv", "d_bias", "d_c"), (out, dq, dk, dv, d_bias, d_c),
+                            (want,) + expected):
+        torch.testing.assert_close(got, e.detach(), **TOLERANCE[torch.float32], msg=lambda m: f"{name}: {m}")

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -17,7 +18,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.mark.e2e
 def test_gpu_check_script_runs_its_cpu_sections_and_writes_both_reports(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the script decides
-    env.update(OUT=str(tmp_path / "gpu_check"), CUDA_VISIBLE_DEVICES="")  # the CPU mode even on a GPU machine
+    # the CPU mode even on a GPU machine; this interpreter (of whichever environment runs the suite)
+    env.update(OUT=str(tmp_path / "gpu_check"), CUDA_VISIBLE_DEVICES="", PYTHON=sys.executable)
     done = subprocess.run(["bash", "benchmarks/gpu_check.sh"], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]

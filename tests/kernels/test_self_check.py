@@ -15,7 +15,7 @@ pytest.importorskip("triton")
 
 from fairseq_urpe.kernels import dispatch  # noqa: E402
 from fairseq_urpe.kernels import fused_urpe_attention as kernel  # noqa: E402
-from fairseq_urpe.kernels.self_check import KernelConfig, kernel_error  # noqa: E402
+from fairseq_urpe.kernels.self_check import KernelConfig, check_lengths, kernel_error  # noqa: E402
 from tests.modules.test_relative_multihead_attention import EMBED, make_attention  # noqa: E402
 from tests.reference import causal_mask  # noqa: E402
 
@@ -64,8 +64,9 @@ def test_the_real_kernel_passes_once_per_configuration_and_leaves_the_random_sta
 
 @pytest.mark.parametrize("fault,message", [
     # A wrong output also makes the gradients wrong (D_i = dO_i . O_i).
-    ("output", r"output, gradient of the q, .* differ from the reference: max error / max value = \d"),
-    ("gradient", r": gradient of the q differs from the reference: max error / max value = 0\.01 in the gradient of q"),
+    ("output", r"output, gradient of the q, .* differ from the reference at T = \d+: max error / max value = \d"),
+    ("gradient", r": gradient of the q differs from the reference at T = \d+: max error / max value = 0\.01 in the "
+                 r"gradient of q"),
     ("exception", r"the kernel raised RuntimeError: out of resource: shared memory"),
 ])
 def test_auto_falls_back_with_one_warning_and_fused_raises_naming_the_flag(fault, message, checks, monkeypatch, caplog):
@@ -145,3 +146,41 @@ def test_float32_is_checked_again_when_tf32_is_switched(checks):
         torch.backends.cuda.matmul.allow_tf32 = allowed
     assert [config.tf32 for config in checks] == [False, True]
     assert checks[1].describe().endswith(", TF32") and not checks[0].describe().endswith("TF32")
+
+
+def test_the_check_runs_in_the_callers_layout_and_scale_at_a_multiple_of_128_and_an_odd_length(monkeypatch):
+    """What the attention module launches: q, k, v views of (T, B, H d) projections, scale 1 (q scaled
+    before), and both a length divisible by 16 (a compiled variant of its own) and one that is not."""
+    seen, forward = [], kernel.launch_forward
+
+    def launch_forward(q, k, v, *args, **kwargs):
+        seen.append((q.size(2), q.stride(), k.stride(), v.stride(), args[6]))  # args[6]: the scale
+        return forward(q, k, v, *args, **kwargs)
+
+    monkeypatch.setattr(kernel, "launch_forward", launch_forward)
+    assert kernel_error(CONFIG) is None
+    lengths = [length for length, *_ in seen]
+    assert sorted(lengths) == sorted(check_lengths(torch.device("cpu")))
+    assert any(t % 16 == 0 for t in lengths) and any(t % 2 == 1 for t in lengths)
+    on_gpu = check_lengths(torch.device("cuda"))  # a multiple of 128 (training's 2048 is one) and an odd one
+    assert any(t % 128 == 0 for t in on_gpu) and any(t % 2 == 1 and t > 2 * 128 for t in on_gpu)
+    batch, heads, d = 2, 2, CONFIG.head_dim
+    for length, *strides, scale in seen:
+        assert strides == [(heads * d, d, batch * heads * d, 1)] * 3 and scale == 1.0
+
+
+@pytest.mark.parametrize("only_when,length", [
+    (lambda q: q.size(2) % 16 == 0, r"64"),  # wrong only for lengths divisible by 16
+    (lambda q: q.size(2) % 2 == 1, r"45"),  # ... only for odd lengths
+    (lambda q: q.stride(2) != q.size(3), r"\d+"),  # ... only in the permuted layout
+], ids=["multiple_of_16", "odd_length", "permuted_layout"])
+def test_a_fault_in_one_specialisation_is_caught(only_when, length, monkeypatch):
+    forward = kernel.launch_forward
+
+    def launch_forward(q, *args, **kwargs):
+        forward(q, *args, **kwargs)
+        if only_when(q):
+            args[5].mul_(1.001)  # out, 0.1% off
+
+    monkeypatch.setattr(kernel, "launch_forward", launch_forward)
+    assert re.search(rf"differ from the reference at T = {length}:", kernel_error(CONFIG) or "")
