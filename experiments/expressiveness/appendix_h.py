@@ -135,7 +135,8 @@ def exact_parameters(model, name):
         kernel = torch.softmax(model.position_bias()[0].double(), -1)  # (N,)
         lag = torch.arange(n - 1, -1, -1, dtype=torch.float64)
         rho = lag.clamp(min=1) ** -0.5 if name == "power" else torch.exp(-5 * lag)
-        scale = float((rho[kernel > 0] / kernel[kernel > 0]).mean())  # Z: rho = Z * kernel
+        top = int(kernel.argmax())
+        scale = float(rho[top] / kernel[top])  # Z: rho = Z * kernel (read where the kernel is largest)
         model.embed.weight[0, 0] = 1.0  # x0 = (x, 0, ..)
         model.value[0, 0, 0] = 1.0  # W_V^1 e_1 = e_1
         model.out.weight[1, 0] = scale  # W_O puts Z z_1 in coordinate 1 (coordinate 0 holds x_t)
