@@ -175,7 +175,7 @@ def main(argv=None):
             if r["length"] == length and r["steps"] == steps:
                 runs[r["key"]] = r
     todo = [(row, h, s) for row in ROWS for h in heads for s in seeds if key_of(row, h, s) not in runs]
-    todo.sort(key=lambda job: -job[1])
+    todo.sort(key=lambda job: (ROWS.index(job[0]), -job[1]))  # the paper's class first
     print(f"{len(ROWS) * len(heads) * len(seeds)} models ({len(todo)} to train), length {length}, {steps} steps",
           flush=True)
     start = time.time()
