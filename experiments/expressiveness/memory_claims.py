@@ -98,6 +98,8 @@ def fit_error(kind, slopes, target, weight):
     import torch
 
     basis = kernel_basis(kind, slopes, target.numel())
+    if not torch.isfinite(basis).all():  # slopes that overflowed: no fit here
+        return torch.tensor(math.inf, dtype=torch.float64), None
     root = weight.sqrt()[:, None]
     amplitudes = torch.linalg.lstsq(basis * root, (target * weight.sqrt())[:, None]).solution
     kernel = (basis @ amplitudes).squeeze(1)
@@ -120,15 +122,19 @@ def best_fit(kind, heads, target, weight, restarts=RESTARTS, iters=FIT_ITERS, se
         def closure():
             optimiser.zero_grad()
             error = fit_error(kind, torch.exp(log_slopes), target, weight)[0]
-            error.backward()
+            if error.requires_grad:
+                error.backward()
             return error
 
         try:
             optimiser.step(closure)
         except RuntimeError:  # a singular least-squares step: keep what was reached
             pass
-        with torch.no_grad():
-            error, kernel = fit_error(kind, torch.exp(log_slopes), target, weight)
+        try:
+            with torch.no_grad():
+                error, kernel = fit_error(kind, torch.exp(log_slopes), target, weight)
+        except RuntimeError:
+            continue
         if math.isfinite(float(error)) and float(error) < best:
             best, best_kernel = float(error), kernel
     return best, best_kernel

@@ -136,6 +136,15 @@ def test_prop42_gate_control_solves_the_task_exactly_with_hand_set_parameters():
     assert sup < 1e-9 and mse < 1e-18
 
 
+def test_prop42_papers_construction_is_exact_without_the_denominator_and_fails_with_a_softmax():
+    x = prop42.all_inputs(6)
+    model = prop42.construction(6)
+    sup, _ = prop42.errors(model, x, prop42.targets(x))
+    assert sup < 1e-8
+    model.normalize = True  # <q_t, k_s> = beta g(x_t) is constant over the keys: a softmax cancels it
+    assert prop42.errors(model, x, prop42.targets(x))[0] > 1
+
+
 def test_prop42_verdicts_follow_the_rules():
     def cells(*sups):
         return {str(h): {"sup_min": s} for h, s in zip((1, 16), sups)}
@@ -143,7 +152,9 @@ def test_prop42_verdicts_follow_the_rules():
     ok = {"no denominator (paper)": {"QK^T + lin": cells(0.9, 0.05), "DPF lin": cells(0.7, 0.67)}}
     assert prop42.verdicts(ok) == {"A": "reproduced", "B": "reproduced"}
     bad = {"no denominator (paper)": {"QK^T + lin": cells(0.9, 0.8), "DPF lin": cells(0.5, 0.67)}}
-    assert prop42.verdicts(bad) == {"A": "contradicted", "B": "contradicted"}
+    assert prop42.verdicts(bad) == {"A": "not separable by this instance", "B": "contradicted"}
+    built = {**bad, "construction": {"heads": 8, "no denominator": (1e-11, 1e-22), "softmax": (2.3, 0.7)}}
+    assert prop42.verdicts(built)["A"] == "reproduced"
 
 
 def test_memory_claims_fit_recovers_a_kernel_of_its_own_family():
@@ -185,7 +196,7 @@ def test_appendix_h_smoke_runs_every_table_and_resumes(tmp_path):
 def test_prop42_smoke_covers_every_class(tmp_path):
     prop42.main(["--smoke", "--jobs", "1", "--seeds", "0", "--out", str(tmp_path)])
     results = json.loads((tmp_path / "prop42.json").read_text())["results"]
-    assert set(results) == {"no denominator (paper)", "softmax", "softmax + FFN gate (control)"}
+    assert set(results) == {"no denominator (paper)", "softmax", "softmax + FFN gate (control)", "construction"}
     assert set(results["softmax"]) == {"QK^T + lin", "DPF lin", "DPF log", "DPF learned"}
 
 
