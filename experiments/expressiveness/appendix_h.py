@@ -279,6 +279,7 @@ def main(argv=None):
     p.add_argument("--seeds", default="0 1 2")
     p.add_argument("--jobs", type=int, default=2, help="models trained at once, one thread each")
     p.add_argument("--out", default="docs/expressiveness")
+    p.add_argument("--no-train", action="store_true", help="only summarise the models already in the runs file")
     a = p.parse_args(argv)
     size = SMOKE if a.smoke else dict(length=LENGTH, steps=STEPS, batch=BATCH, eval=EVAL, lags=LAGS)
     seeds = [int(s) for s in a.seeds.split()]
@@ -297,7 +298,7 @@ def main(argv=None):
     for k, (j, s) in unique.items():
         if k not in runs:
             missing.setdefault(key_of(j[4], "*"), (j, []))[1].append(s)
-    todo = list(missing.values())
+    todo = [] if a.no_train else list(missing.values())
     # The cells no verdict rule reads (phi_lin beside the learned bias, tables 8/9's other kind) last, so that a
     # run cut short still carries every verdict; within each part the largest first.
     context = {("relu3", "lin"), ("relu1", "lin"), ("sum3", "lin"), ("power", "lin", 1), ("power", "log", 64),

@@ -357,6 +357,7 @@ def main(argv=None):
     p.add_argument("--seeds", default="0 1 2")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--out", default="docs/expressiveness")
+    p.add_argument("--no-train", action="store_true", help="only summarise the models already in the runs file")
     a = p.parse_args(argv)
     size = dict(SMOKE) if a.smoke else dict(rate_lags=RATE_LAGS, fit_heads=FIT_HEADS, restarts=RESTARTS,
                                             iters=FIT_ITERS, decay_lengths={}, steps=STEPS, batch=BATCH, eval=EVAL)
@@ -366,7 +367,7 @@ def main(argv=None):
     start = time.time()
     fits_path = out / "memory_claims_fits.json"
     fits = None
-    if "fits" in a.only:
+    if "fits" in a.only and not (a.no_train and fits_path.exists()):
         fits = run_fits(size)
         fits_path.write_text(json.dumps(fits, indent=1))
         print(f"fits done in {fits['seconds']:.0f} s", flush=True)
@@ -382,6 +383,7 @@ def main(argv=None):
         todo = [(c, s) for _, _, c in trained_cells() for s in seeds if key_of(c, s) not in runs]
         todo = list({key_of(c, s): (c, s) for c, s in todo}.values())
         todo.sort(key=lambda cs: -cs[0]["heads"] * cs[0]["layers"])
+        todo = [] if a.no_train else todo
         print(f"{len(todo)} models to train", flush=True)
         with open(log_path, "a") as log:
             def record(config, seed, error, seconds):
