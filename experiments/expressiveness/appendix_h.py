@@ -280,6 +280,8 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=2, help="models trained at once, one thread each")
     p.add_argument("--out", default="docs/expressiveness")
     p.add_argument("--no-train", action="store_true", help="only summarise the models already in the runs file")
+    p.add_argument("--cells", default="", help="train only these configurations (space-separated keys as in the runs "
+                                               "file, seed left out: 'power|log|DPF|H=1|m=None')")
     a = p.parse_args(argv)
     size = SMOKE if a.smoke else dict(length=LENGTH, steps=STEPS, batch=BATCH, eval=EVAL, lags=LAGS)
     seeds = [int(s) for s in a.seeds.split()]
@@ -299,6 +301,8 @@ def main(argv=None):
         if k not in runs:
             missing.setdefault(key_of(j[4], "*"), (j, []))[1].append(s)
     todo = [] if a.no_train else list(missing.values())
+    if a.cells:
+        todo = [js for k, js in missing.items() if k[: -len("|*")] in a.cells.split()]
     # The cells no verdict rule reads (phi_lin beside the learned bias, tables 8/9's other kind) last, so that a
     # run cut short still carries every verdict; within each part the largest first.
     context = {("relu3", "lin"), ("relu1", "lin"), ("sum3", "lin"), ("power", "lin", 1), ("power", "log", 64),
