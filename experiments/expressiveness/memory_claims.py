@@ -46,7 +46,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-RESTARTS, FIT_ITERS = 4, 80
+RESTARTS, FIT_ITERS = 2, 50
 RATE_LAGS, FIT_HEADS, RATE_THRESHOLD = (64, 256, 1024), (1, 4, 16, 32), 0.5
 DECAY = {"poly": (1024, lambda l: (1 + l / 2) ** -1.5), "exp": (128, lambda l: (1 + l / 4) * math_exp(-l / 4))}
 DECAY_THRESHOLD = 0.05  # RMS per-lag relative error
