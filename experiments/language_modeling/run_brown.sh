@@ -27,7 +27,7 @@ cd "$(dirname "$0")/../.."
 PRESET=${PRESET:-cpu}
 CONFIGS=${CONFIGS:-stock,stock nope,t5,t5+C bucketed,t5+C unique,t5 zero-start,t5 zero-start+C bucketed,alibi,alibi+C bucketed,alibi+C unique,log,log+C bucketed,log+C unique}
 SEEDS=${SEEDS:-1 2 3} FACTORS=${FACTORS:-1 2 4} JOBS=${JOBS:-2} THREADS=${THREADS:-1}
-OUT=${OUT:-benchmark-out/language_modeling$([ "$PRESET" = smoke ] && echo -smoke)} EXTRA_ARGS=${EXTRA_ARGS:-} REUSE=${REUSE:-}
+OUT=${OUT:-benchmark-out/language_modeling$([ "$PRESET" = smoke ] && echo -smoke || true)} EXTRA_ARGS=${EXTRA_ARGS:-} REUSE=${REUSE:-}
 for knob in PRESET CONFIGS SEEDS FACTORS MAX_UPDATE VOCAB LAYERS EMBED FFN HEADS TOKENS MAX_TOKENS LR WARMUP \
             VALID_EVERY CORPUS CORPUS_DIR JOBS THREADS OUT EXTRA_ARGS REUSE; do
   printf '%s=%s\n' "$knob" "${!knob:-(preset)}"

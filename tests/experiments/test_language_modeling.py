@@ -1,6 +1,7 @@
 """The language-model sweep (experiments/language_modeling): its corpus split, its statistics, and the whole
 pipeline (corpus, fairseq-train, fairseq-eval-lm at L/2L/4L, tables, plots) in --smoke mode."""
 
+import argparse
 import importlib.util
 import json
 import math
@@ -11,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from experiments.language_modeling.brown_sweep import mean_std, paired_differences, parse_log, summarize
+from experiments.language_modeling import brown_sweep
+from experiments.language_modeling.brown_sweep import (init_by_c, interaction_markdown, mean_std, paired_differences,
+                                                       parse_log, summarize, valid_fall)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,6 +56,60 @@ def test_mean_and_sample_std_and_pairing_by_seed():
     assert (row["config"], row["against"], row["seeds"]) == ("t5+C bucketed", "t5", [2])  # only seed 2 has both
     assert row["diff"]["1"] == {"mean": -3.0, "std": None, "n": 1}
     assert row["diff"]["2"]["n"] == 0
+
+
+def test_valid_fall_is_the_percent_drop_over_the_last_validation_interval():
+    assert valid_fall([(400, 220.0), (450, 200.0), (500, 190.0)]) == (450, 500, pytest.approx(5.0))
+    assert valid_fall([(500, 190.0)]) is None
+    runs = [{"config": "t5", "seed": s, "test_ppl": {"1": 100.0}, "curves": {"valid": [(450, 200.0), (500, p)]},
+             "train_seconds": 1} for s, p in ((1, 196.0), (2, 192.0))]
+    fall = summarize(runs, ["t5"], [1])["t5"]["valid_fall_last"]
+    assert (fall["from"], fall["to"]) == (450, 500)
+    assert fall["pct_mean"] == pytest.approx(3.0) and fall["pct_std"] == pytest.approx(math.sqrt(2.0))
+
+
+def test_init_by_c_pairs_the_four_cells_by_seed_and_reports_the_interaction():
+    """C's effect at each start of T5's bias, the start's effect with and without C, and the interaction
+    (C's effect with the flat start minus with ALiBi's line), seed by seed; a seed missing a cell is left out."""
+    ppl = {("t5", 1): 200.0, ("t5+C bucketed", 1): 199.0, ("t5 zero-start", 1): 215.0, ("t5 zero-start+C bucketed", 1): 214.5,
+           ("t5", 2): 202.0, ("t5+C bucketed", 2): 200.0, ("t5 zero-start", 2): 216.0, ("t5 zero-start+C bucketed", 2): 215.0,
+           ("t5", 3): 201.0, ("t5+C bucketed", 3): 200.0, ("t5 zero-start", 3): 216.0}  # seed 3 lacks a cell
+    runs = [{"config": c, "seed": s, "test_ppl": {"1": v}, "curves": {"valid": []}} for (c, s), v in ppl.items()]
+    table = init_by_c(runs, [1])
+    assert table["seeds"] == [1, 2]
+    entry = table["by_factor"]["1"]
+    assert entry["cells"]["zero yes"]["per_seed"] == [214.5, 215.0]
+    effects = entry["effects"]
+    assert effects["C, ALiBi-line start"]["per_seed"] == [-1.0, -2.0]
+    assert effects["C, flat start"]["per_seed"] == [-0.5, -1.0]
+    assert effects["flat start, no C"]["per_seed"] == [15.0, 14.0]
+    assert effects["flat start, with C"]["per_seed"] == [15.5, 15.0]
+    assert effects["interaction"]["per_seed"] == [0.5, 1.0]
+    assert effects["interaction"]["mean"] == pytest.approx(0.75)
+    text = "\n".join(interaction_markdown(table))
+    assert "| flat (zero) start | 215.5 ± 0.7 | 214.8 ± 0.4 | -0.75 ± 0.35 |" in text
+    assert "| interaction | 0.50 | 1.00 | 0.75 ± 0.35 |" in text
+    assert init_by_c([r for r in runs if r["config"] != "t5 zero-start+C bucketed"], [1]) is None
+
+
+def test_reuse_takes_the_finished_runs_of_an_earlier_sweep_with_the_same_settings(tmp_path):
+    settings = {**brown_sweep.PRESETS["cpu"], "extra": ""}
+    earlier = {"settings": settings, "runs": [
+        {"config": "t5", "seed": 1, "arch": "transformer_lm_rpe", "flags": [], "test_ppl": {"1": 200.0}},
+        {"config": "t5", "seed": 2, "arch": "transformer_lm_rpe", "flags": []},  # failed: no test_ppl, rerun
+        {"config": "alibi", "seed": 1, "arch": "transformer_lm_alibi", "flags": [], "test_ppl": {"1": 210.0}},  # not asked for
+        {"config": "t5 zero-start", "seed": 1, "arch": "transformer_lm_rpe", "flags": [], "test_ppl": {"1": 1.0}},  # other flags
+    ]}
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    a = argparse.Namespace(**settings, configs=["t5", "t5 zero-start"], seeds=[1, 2], reuse=str(tmp_path / "earlier.json"),
+                           out=tmp_path / "out")
+    (a.out / "eval").mkdir(parents=True)
+    brown_sweep.reuse(a, argparse.ArgumentParser())
+    assert sorted(p.name for p in (a.out / "eval").iterdir()) == ["t5-s1.json"]
+    assert json.loads((a.out / "eval" / "t5-s1.json").read_text())["test_ppl"] == {"1": 200.0}
+    a.max_update = 1000
+    with pytest.raises(SystemExit):
+        brown_sweep.reuse(a, argparse.ArgumentParser())
 
 
 def test_parse_log_reads_train_loss_and_valid_perplexity(tmp_path):
