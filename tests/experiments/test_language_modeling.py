@@ -124,24 +124,27 @@ def test_parse_log_reads_train_loss_and_valid_perplexity(tmp_path):
 
 @pytest.mark.e2e
 def test_run_brown_smoke_trains_evaluates_at_three_lengths_and_writes_tables_and_plots(tmp_path):
-    env = dict(os.environ, URPE_VENV=sys.prefix, OUT=str(tmp_path / "out"), CONFIGS="stock,t5+C unique", SEEDS="1",
-               PYTHONUNBUFFERED="1")
-    for knob in ("PRESET", "FACTORS", "MAX_UPDATE", "CORPUS", "CORPUS_DIR", "JOBS", "THREADS", "EXTRA_ARGS"):
+    env = dict(os.environ, URPE_VENV=sys.prefix, OUT=str(tmp_path / "out"),
+               CONFIGS="stock,stock nope,t5 zero-start+C bucketed", SEEDS="1", PYTHONUNBUFFERED="1")
+    for knob in ("PRESET", "FACTORS", "MAX_UPDATE", "CORPUS", "CORPUS_DIR", "JOBS", "THREADS", "EXTRA_ARGS", "REUSE"):
         env.pop(knob, None)
     done = subprocess.run(["bash", str(REPO / "experiments/language_modeling/run_brown.sh"), "--smoke"], env=env,
                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:]
-    assert "PRESET=smoke" in done.stdout and "[2/2]" in done.stdout
+    assert "PRESET=smoke" in done.stdout and "[3/3]" in done.stdout
     out = tmp_path / "out"
     results = json.loads((out / "results.json").read_text())
-    for config in ("stock", "t5+C unique"):
+    for config in ("stock", "stock nope", "t5 zero-start+C bucketed"):
         ppl = results["summary"][config]["test_ppl"]
         assert set(ppl) == {"1", "2", "4"}
         assert all(math.isfinite(v["mean"]) and v["mean"] > 1 for v in ppl.values())  # every token of the split scored
         assert results["summary"][config]["valid_curve"]
+        assert results["summary"][config]["valid_fall_last"]["pct_mean"] is not None  # % per validation interval
     (run,) = [r for r in results["runs"] if r["config"] == "stock"]
     assert run["train_cpu_seconds"] > 0 and run["params"] > 0
-    assert "| t5+C unique | `transformer_lm_urpe --urpe-toeplitz unique` |" in (out / "results.md").read_text()
+    table = (out / "results.md").read_text()
+    assert "| t5 zero-start+C bucketed | `transformer_lm_urpe --rpe-init zero` |" in table
+    assert "| stock nope | `transformer_lm_nope` |" in table
     assert (out / "extrapolation.png").stat().st_size > 0 and (out / "curves.png").stat().st_size > 0
 
 

@@ -225,8 +225,8 @@ def test_rpe_init_of_a_fixed_bias_changes_nothing_and_a_bad_value_is_refused_nam
                        ARCH="transformer_lm_urpe_alibi_wiki103").check()
     assert ("== bias start: transformer_lm_urpe_alibi_wiki103 (--rpe-kind alibi) has no learned bias b; RPE_INIT=zero "
             "changes nothing") in alibi.output
-    bad = run_recipe("train.sh", outside, "wt103", timeout=60, DRY_RUN=1, GPUS=1, DATA_BIN=data, RPE_INIT="ALiBi")
+    bad = run_recipe("train.sh", outside, "wt103-bad", timeout=60, DRY_RUN=1, GPUS=1, DATA_BIN=data, RPE_INIT="ALiBi")
     assert bad.returncode != 0
     assert ("train.sh: error: RPE_INIT must be alibi (the learned bias starts on ALiBi's line) or zero (flat), "
             "got RPE_INIT=ALiBi") in bad.output
-    assert "== command:" not in bad.output and not (outside / "wt103").exists()
+    assert "== command:" not in bad.output and not (outside / "wt103-bad").exists()  # refused before anything is written
