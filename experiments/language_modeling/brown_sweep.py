@@ -428,6 +428,8 @@ def main(argv=None):
     p.add_argument("--gpu", action="store_true", help="train on the GPU (default: --cpu)")
     p.add_argument("--extra", default="", help="more fairseq-train flags for every run")
     p.add_argument("--out", default="benchmark-out/language_modeling")
+    p.add_argument("--collect-only", action="store_true", help="train nothing: write the tables and plots from the "
+                   "runs finished in OUT/eval (the others are left out; a sweep may still be running)")
     p.add_argument("--reuse", default=None, help="a results.json of an earlier sweep with the same settings: its "
                    "finished runs of the chosen configs are taken as they are (written to OUT/eval/) instead of rerun")
     a = p.parse_args(argv)
@@ -449,6 +451,9 @@ def main(argv=None):
         reuse(a, p)
     data_bin = prepare(a.out, a.corpus, a.vocab, a.corpus_dir, SMOKE_LINES if a.preset == "smoke" else 0)
     jobs = [(c, s) for s in a.seeds for c in a.configs]  # seed-major: a partial sweep has every config
+    if a.collect_only:  # the tables of the runs finished so far (a sweep may still be running in OUT)
+        jobs = [(c, s) for c, s in jobs if (a.out / "eval" / f"{train_command(a, data_bin, c, s)[0]}.json").exists()]
+        print(f"--collect-only: {len(jobs)} finished run(s) in {a.out / 'eval'}", flush=True)
     start = time.time()
     runs = []
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:

@@ -18,11 +18,14 @@
 #   OUT          output folder; a rerun skips finished runs                (default: benchmark-out/language_modeling)
 #   EXTRA_ARGS   more fairseq-train flags for every run                                   (default: none)
 #   REUSE        an earlier results.json with the same settings: its finished runs are taken, not rerun (default: none)
+# --collect-only: train nothing, write the tables and plots from the runs finished in OUT so far.
 # A GPU is used when torch sees one; otherwise --cpu.
 set -euo pipefail
-if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 if [ "${1:-}" = "--smoke" ]; then PRESET=smoke; shift; fi
-[ $# -eq 0 ] || { echo "run_brown.sh: no arguments besides --help and --smoke (knobs are environment variables)" >&2; exit 2; }
+COLLECT=()
+if [ "${1:-}" = "--collect-only" ]; then COLLECT=(--collect-only); shift; fi
+[ $# -eq 0 ] || { echo "run_brown.sh: no arguments besides --help, --smoke and --collect-only (knobs are environment variables)" >&2; exit 2; }
 cd "$(dirname "$0")/../.."
 PRESET=${PRESET:-cpu}
 CONFIGS=${CONFIGS:-stock,stock nope,t5,t5+C bucketed,t5+C unique,t5 zero-start,t5 zero-start+C bucketed,alibi,alibi+C bucketed,alibi+C unique,log,log+C bucketed,log+C unique}
@@ -42,4 +45,4 @@ for pair in max-update:MAX_UPDATE vocab:VOCAB layers:LAYERS embed:EMBED ffn:FFN 
   if [ -n "${!value:-}" ]; then ARGS+=("--${pair%%:*}" "${!value}"); fi
 done
 if "$VENV/bin/python" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then ARGS+=(--gpu); fi
-exec "$VENV/bin/python" -m experiments.language_modeling.brown_sweep "${ARGS[@]}"
+exec "$VENV/bin/python" -m experiments.language_modeling.brown_sweep "${ARGS[@]}" "${COLLECT[@]}"

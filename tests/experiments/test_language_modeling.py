@@ -147,6 +147,14 @@ def test_run_brown_smoke_trains_evaluates_at_three_lengths_and_writes_tables_and
     assert "| stock nope | `transformer_lm_nope` |" in table
     assert (out / "extrapolation.png").stat().st_size > 0 and (out / "curves.png").stat().st_size > 0
 
+    # --collect-only trains nothing: the tables of the runs finished so far ("t5" never ran here)
+    collect = subprocess.run(["bash", str(REPO / "experiments/language_modeling/run_brown.sh"), "--smoke", "--collect-only"],
+                             env=dict(env, CONFIGS="stock,t5,stock nope,t5 zero-start+C bucketed"), cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert collect.returncode == 0, collect.stdout[-4000:]
+    assert "--collect-only: 3 finished run(s)" in collect.stdout
+    assert not list((out / "logs").glob("train-t5-*")) and "t5" not in json.loads((out / "results.json").read_text())["summary"]
+
 
 def test_investigation_tables_are_means_over_seeds_and_paired_differences(tmp_path):
     """collect.py on fairseq-train logs (lines as fairseq writes them): seed 1 is the bare run name,
