@@ -347,7 +347,7 @@ def plot(summary, runs, a):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    fig, ax = plt.subplots(figsize=(8.5, 4.5))
     for i, (config, s) in enumerate(summary.items()):
         color, line = style(config)
         xs = [k * a.tokens * (1 + 0.012 * (i - len(summary) / 2)) for k in a.factors]  # offset so bars do not overlap
@@ -359,9 +359,9 @@ def plot(summary, runs, a):
     ax.set_xticks([k * a.tokens for k in a.factors], [f"{k}L = {k * a.tokens}" for k in a.factors])
     ax.set_xlabel("evaluation block (tokens)")
     ax.set_ylabel("test perplexity")
-    ax.set_title(f"Brown test perplexity, mean ± std over {len(a.seeds)} seeds")
+    ax.set_title(f"Brown test perplexity, mean ± std over up to {len(a.seeds)} seeds")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: 13 configs
     fig.tight_layout()
     fig.savefig(a.out / "extrapolation.png", dpi=110)
     plt.close(fig)
