@@ -158,7 +158,7 @@ else:
     arch(args)  # the arch's defaults, as fairseq-train applies them
     print(("learned " if args.rpe_kind in ("t5", "learned") else "fixed ") + args.rpe_kind)
 PY
-)
+) || die "could not read the position kind of ARCH=$ARCH from the plugin (see the Python error above)"
 RPE_INIT_ARGS=()
 case $BIAS in
   learned\ *)
