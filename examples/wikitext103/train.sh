@@ -17,6 +17,9 @@
 #
 # Knobs (environment variables; each is printed at start):
 #   ARCH             --arch                                   (default: transformer_lm_urpe_wiki103)
+#   RPE_INIT         start of a learned relative bias b (--rpe-init; the t5 and learned kinds, e.g. the rpe/urpe
+#                    archs): alibi, ALiBi's line -m_h|k| (the plugin's default), or zero, flat, the start
+#                    without a locality prior, as in the URPE paper's models (see the README)   (default: alibi)
 #   WT103_DIR        root of the recipe's files                (default: examples/wikitext103/out)
 #   BPE VOCAB        which binarization to read, as for binarize.sh (default: none, 32000)
 #   DATA_BIN         binarized data          (default: $WT103_DIR/data-bin/wikitext-103[-spm$VOCAB])
@@ -54,6 +57,7 @@ if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then print_help; exit 0; fi
 SMOKE=${SMOKE:-0}
 smoke() { if [ "$SMOKE" = 1 ]; then echo "$1"; else echo "$2"; fi; }  # smoke SMOKE_VALUE FULL_VALUE
 ARCH=${ARCH:-transformer_lm_urpe_wiki103}
+RPE_INIT=${RPE_INIT:-alibi}
 BPE=${BPE:-none}
 VOCAB=${VOCAB:-32000}
 DATA_BIN=$(abspath "${DATA_BIN:-$(default_data_bin)}")
@@ -91,7 +95,7 @@ NUM_WORKERS=${NUM_WORKERS:-$(smoke 0 2)}
 EXTRA_ARGS=${EXTRA_ARGS:-}
 DRY_RUN=${DRY_RUN:-0}
 note "$SCRIPT"
-show_knobs ARCH SMOKE WT103_DIR BPE VOCAB DATA_BIN RUN_NAME SAVE_DIR LOG_DIR TENSORBOARD_DIR GPUS NNODES NODE_RANK \
+show_knobs ARCH RPE_INIT SMOKE WT103_DIR BPE VOCAB DATA_BIN RUN_NAME SAVE_DIR LOG_DIR TENSORBOARD_DIR GPUS NNODES NODE_RANK \
   MASTER_ADDR MASTER_PORT CPU_PROCS PRECISION TOKENS_PER_SAMPLE MAX_TOKENS BATCH_TOKENS UPDATE_FREQ MAX_UPDATE \
   WARMUP_UPDATES LR LR_PERIOD_UPDATES SEED SAVE_INTERVAL_UPDATES KEEP_INTERVAL_UPDATES LOG_INTERVAL NUM_WORKERS \
   EXTRA_ARGS DRY_RUN
@@ -103,6 +107,7 @@ for knob in GPUS NNODES NODE_RANK CPU_PROCS TOKENS_PER_SAMPLE MAX_TOKENS BATCH_T
 done
 [[ $ARCH =~ ^[A-Za-z0-9_]+$ ]] || die "ARCH must be an architecture name, got ARCH=$ARCH"
 case $PRECISION in fp16 | bf16 | fp32) ;; *) die "PRECISION must be fp16, bf16 or fp32, got PRECISION=$PRECISION" ;; esac
+case $RPE_INIT in alibi | zero) ;; *) die "RPE_INIT must be alibi (the learned bias starts on ALiBi's line) or zero (flat), got RPE_INIT=$RPE_INIT" ;; esac
 if [ "$CPU_PROCS" -gt 0 ]; then
   [ "$NNODES" = 1 ] || die "CPU_PROCS trains on this machine only (NNODES=$NNODES); use GPUs for several nodes"
   [ "$PRECISION" = fp32 ] || die "PRECISION=$PRECISION needs GPUs; CPU training (CPU_PROCS=$CPU_PROCS) is fp32"
@@ -137,12 +142,43 @@ fi
 
 find_venv
 
+# ---- where the learned bias starts: the plugin's archs take --rpe-init (it acts on the kinds with a learned
+# bias b, t5 and learned); fairseq's own archs have no relative bias and no such option
+BIAS=$("$BIN/python" - "$REPO" "$ARCH" <<'PY'
+import argparse, sys
+sys.path.insert(0, sys.argv[1])
+from fairseq.models import ARCH_MODEL_REGISTRY
+from fairseq_urpe.models.architectures import ARCHITECTURES
+
+arch = ARCHITECTURES.get(sys.argv[2])
+if arch is None:
+    print("stock" if sys.argv[2] in ARCH_MODEL_REGISTRY else "unknown")  # fairseq's own arch, or none at all
+else:
+    args = argparse.Namespace()
+    arch(args)  # the arch's defaults, as fairseq-train applies them
+    print(("learned " if args.rpe_kind in ("t5", "learned") else "fixed ") + args.rpe_kind)
+PY
+) || die "could not read the position kind of ARCH=$ARCH from the plugin (see the Python error above)"
+RPE_INIT_ARGS=()
+case $BIAS in
+  learned\ *)
+    RPE_INIT_ARGS=(--rpe-init "$RPE_INIT")
+    note "bias start: $ARCH (--rpe-kind ${BIAS#* }) learns its bias b, started $([ "$RPE_INIT" = alibi ] &&
+      echo "on ALiBi's line -m_h|k| (RPE_INIT=alibi, --rpe-init alibi)" || echo "flat, b = 0 (RPE_INIT=zero, --rpe-init zero)")" ;;
+  fixed\ *)
+    RPE_INIT_ARGS=(--rpe-init "$RPE_INIT")
+    note "bias start: $ARCH (--rpe-kind ${BIAS#* }) has no learned bias b; RPE_INIT=$RPE_INIT changes nothing" ;;
+  stock) note "bias start: $ARCH is fairseq's own arch, without a relative bias; RPE_INIT does not apply" ;;
+  unknown) ;;  # fairseq-train refuses it below, naming the archs it knows
+  *) die "could not read the position kind of ARCH=$ARCH from the plugin" ;;
+esac
+
 # ---- the fairseq-train command
 ARGS=("$DATA_BIN" --task language_modeling --user-dir "$REPO/fairseq_urpe" --arch "$ARCH"
   --criterion adaptive_loss --optimizer nag --clip-norm 0.1
   --lr "$LR" --lr-scheduler cosine --warmup-updates "$WARMUP_UPDATES" --warmup-init-lr 1e-07
   --t-mult 2 --lr-period-updates "$LR_PERIOD_UPDATES" --lr-shrink 0.75 --min-lr 0.0001 --stop-min-lr 1e-09
-  --max-update "$MAX_UPDATE" --tokens-per-sample "$TOKENS_PER_SAMPLE" --sample-break-mode none
+  "${RPE_INIT_ARGS[@]}" --max-update "$MAX_UPDATE" --tokens-per-sample "$TOKENS_PER_SAMPLE" --sample-break-mode none
   --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --required-batch-size-multiple 1
   --skip-invalid-size-inputs-valid-test --ddp-backend legacy_ddp --seed "$SEED" --num-workers "$NUM_WORKERS"
   --save-dir "$SAVE_DIR" --no-epoch-checkpoints --save-interval-updates "$SAVE_INTERVAL_UPDATES"

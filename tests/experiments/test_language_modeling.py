@@ -1,6 +1,8 @@
 """The language-model sweep (experiments/language_modeling): its corpus split, its statistics, and the whole
 pipeline (corpus, fairseq-train, fairseq-eval-lm at L/2L/4L, tables, plots) in --smoke mode."""
 
+import argparse
+import importlib.util
 import json
 import math
 import os
@@ -10,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from experiments.language_modeling.brown_sweep import mean_std, paired_differences, parse_log, summarize
+from experiments.language_modeling import brown_sweep
+from experiments.language_modeling.brown_sweep import (init_by_c, interaction_markdown, mean_std, paired_differences,
+                                                       parse_log, summarize, valid_fall)
 from experiments.sweeps import load_script
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,6 +56,60 @@ def test_mean_and_sample_std_and_pairing_by_seed():
     assert row["diff"]["2"]["n"] == 0
 
 
+def test_valid_fall_is_the_percent_drop_over_the_last_validation_interval():
+    assert valid_fall([(400, 220.0), (450, 200.0), (500, 190.0)]) == (450, 500, pytest.approx(5.0))
+    assert valid_fall([(500, 190.0)]) is None
+    runs = [{"config": "t5", "seed": s, "test_ppl": {"1": 100.0}, "curves": {"valid": [(450, 200.0), (500, p)]},
+             "train_seconds": 1} for s, p in ((1, 196.0), (2, 192.0))]
+    fall = summarize(runs, ["t5"], [1])["t5"]["valid_fall_last"]
+    assert (fall["from"], fall["to"]) == (450, 500)
+    assert fall["pct_mean"] == pytest.approx(3.0) and fall["pct_std"] == pytest.approx(math.sqrt(2.0))
+
+
+def test_init_by_c_pairs_the_four_cells_by_seed_and_reports_the_interaction():
+    """C's effect at each start of T5's bias, the start's effect with and without C, and the interaction
+    (C's effect with the flat start minus with ALiBi's line), seed by seed; a seed missing a cell is left out."""
+    ppl = {("t5", 1): 200.0, ("t5+C bucketed", 1): 199.0, ("t5 zero-start", 1): 215.0, ("t5 zero-start+C bucketed", 1): 214.5,
+           ("t5", 2): 202.0, ("t5+C bucketed", 2): 200.0, ("t5 zero-start", 2): 216.0, ("t5 zero-start+C bucketed", 2): 215.0,
+           ("t5", 3): 201.0, ("t5+C bucketed", 3): 200.0, ("t5 zero-start", 3): 216.0}  # seed 3 lacks a cell
+    runs = [{"config": c, "seed": s, "test_ppl": {"1": v}, "curves": {"valid": []}} for (c, s), v in ppl.items()]
+    table = init_by_c(runs, [1])
+    assert table["seeds"] == [1, 2]
+    entry = table["by_factor"]["1"]
+    assert entry["cells"]["zero yes"]["per_seed"] == [214.5, 215.0]
+    effects = entry["effects"]
+    assert effects["C, ALiBi-line start"]["per_seed"] == [-1.0, -2.0]
+    assert effects["C, flat start"]["per_seed"] == [-0.5, -1.0]
+    assert effects["flat start, no C"]["per_seed"] == [15.0, 14.0]
+    assert effects["flat start, with C"]["per_seed"] == [15.5, 15.0]
+    assert effects["interaction"]["per_seed"] == [0.5, 1.0]
+    assert effects["interaction"]["mean"] == pytest.approx(0.75)
+    text = "\n".join(interaction_markdown(table))
+    assert "| flat (zero) start | 215.5 ± 0.7 | 214.8 ± 0.4 | -0.75 ± 0.35 |" in text
+    assert "| interaction | 0.50 | 1.00 | 0.75 ± 0.35 |" in text
+    assert init_by_c([r for r in runs if r["config"] != "t5 zero-start+C bucketed"], [1]) is None
+
+
+def test_reuse_takes_the_finished_runs_of_an_earlier_sweep_with_the_same_settings(tmp_path):
+    settings = {**brown_sweep.PRESETS["cpu"], "extra": ""}
+    earlier = {"settings": settings, "runs": [
+        {"config": "t5", "seed": 1, "arch": "transformer_lm_rpe", "flags": [], "test_ppl": {"1": 200.0}},
+        {"config": "t5", "seed": 2, "arch": "transformer_lm_rpe", "flags": []},  # failed: no test_ppl, rerun
+        {"config": "alibi", "seed": 1, "arch": "transformer_lm_alibi", "flags": [], "test_ppl": {"1": 210.0}},  # not asked for
+        {"config": "t5 zero-start", "seed": 1, "arch": "transformer_lm_rpe", "flags": [], "test_ppl": {"1": 1.0}},  # other flags
+    ]}
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    a = argparse.Namespace(**settings, configs=["t5", "t5 zero-start"], seeds=[1, 2], reuse=str(tmp_path / "earlier.json"),
+                           out=tmp_path / "out")
+    (a.out / "eval").mkdir(parents=True)
+    brown_sweep.reuse(a, argparse.ArgumentParser())
+    assert sorted(p.name for p in (a.out / "eval").iterdir()) == ["t5-s1.json"]
+    assert json.loads((a.out / "eval" / "t5-s1.json").read_text())["test_ppl"] == {"1": 200.0}
+    a.max_update = 1000
+    with pytest.raises(SystemExit):
+        brown_sweep.reuse(a, argparse.ArgumentParser())
+
+
 def test_parse_log_reads_train_loss_and_valid_perplexity(tmp_path):
     log = tmp_path / "train.log"
     log.write_text(
@@ -64,25 +122,36 @@ def test_parse_log_reads_train_loss_and_valid_perplexity(tmp_path):
 
 @pytest.mark.e2e
 def test_run_brown_smoke_trains_evaluates_at_three_lengths_and_writes_tables_and_plots(tmp_path):
-    env = dict(os.environ, URPE_VENV=sys.prefix, OUT=str(tmp_path / "out"), CONFIGS="stock,t5+C unique", SEEDS="1",
-               PYTHONUNBUFFERED="1")
-    for knob in ("PRESET", "FACTORS", "MAX_UPDATE", "CORPUS", "CORPUS_DIR", "JOBS", "THREADS", "EXTRA_ARGS"):
+    env = dict(os.environ, URPE_VENV=sys.prefix, OUT=str(tmp_path / "out"),
+               CONFIGS="stock,stock nope,t5 zero-start+C bucketed", SEEDS="1", PYTHONUNBUFFERED="1")
+    for knob in ("PRESET", "FACTORS", "MAX_UPDATE", "CORPUS", "CORPUS_DIR", "JOBS", "THREADS", "EXTRA_ARGS", "REUSE"):
         env.pop(knob, None)
     done = subprocess.run(["bash", str(REPO / "experiments/language_modeling/run_brown.sh"), "--smoke"], env=env,
                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:]
-    assert "PRESET=smoke" in done.stdout and "[2/2]" in done.stdout
+    assert "PRESET=smoke" in done.stdout and "[3/3]" in done.stdout
     out = tmp_path / "out"
     results = json.loads((out / "results.json").read_text())
-    for config in ("stock", "t5+C unique"):
+    for config in ("stock", "stock nope", "t5 zero-start+C bucketed"):
         ppl = results["summary"][config]["test_ppl"]
         assert set(ppl) == {"1", "2", "4"}
         assert all(math.isfinite(v["mean"]) and v["mean"] > 1 for v in ppl.values())  # every token of the split scored
         assert results["summary"][config]["valid_curve"]
+        assert results["summary"][config]["valid_fall_last"]["pct_mean"] is not None  # % per validation interval
     (run,) = [r for r in results["runs"] if r["config"] == "stock"]
     assert run["train_cpu_seconds"] > 0 and run["params"] > 0
-    assert "| t5+C unique | `transformer_lm_urpe --urpe-toeplitz unique` |" in (out / "results.md").read_text()
+    table = (out / "results.md").read_text()
+    assert "| t5 zero-start+C bucketed | `transformer_lm_urpe --rpe-init zero` |" in table
+    assert "| stock nope | `transformer_lm_nope` |" in table
     assert (out / "extrapolation.png").stat().st_size > 0 and (out / "curves.png").stat().st_size > 0
+
+    # --collect-only trains nothing: the tables of the runs finished so far ("t5" never ran here)
+    collect = subprocess.run(["bash", str(REPO / "experiments/language_modeling/run_brown.sh"), "--smoke", "--collect-only"],
+                             env=dict(env, CONFIGS="stock,t5,stock nope,t5 zero-start+C bucketed"), cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert collect.returncode == 0, collect.stdout[-4000:]
+    assert "--collect-only: 3 finished run(s)" in collect.stdout
+    assert not list((out / "logs").glob("train-t5-*")) and "t5" not in json.loads((out / "results.json").read_text())["summary"]
 
 
 def test_investigation_tables_are_means_over_seeds_and_paired_differences(tmp_path):

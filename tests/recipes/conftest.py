@@ -33,6 +33,7 @@ PIPELINE_ARCHS = ("transformer_lm_urpe_wiki103", "transformer_lm_wiki103")
 RESUME_MAX_UPDATE = 60  # the resume test: a run killed after its first checkpoint, then rerun
 RESUME_SAVE_INTERVAL = 20
 BPE_VOCAB = 500
+ZERO_START_MAX_UPDATE = 2  # the RPE_INIT=zero run: long enough to write a checkpoint
 
 
 @dataclass
@@ -52,7 +53,7 @@ def recipe_env(wt103_dir, **knobs) -> Dict[str, str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1",
                URPE_VENV=sys.prefix, WT103_DIR=str(wt103_dir))
     for name in ("ARCH", "ARCHS", "SMOKE", "CPU_PROCS", "GPUS", "RUN_NAME", "BPE", "VOCAB", "DATA_BIN", "RAW_DIR",
-                 "SAVE_DIR", "FORCE", "UPDATE_FREQ", "MAX_UPDATE", "WIKITEXT_DIR", "URL", "DRY_RUN", "NNODES"):
+                 "SAVE_DIR", "FORCE", "UPDATE_FREQ", "MAX_UPDATE", "WIKITEXT_DIR", "URL", "DRY_RUN", "NNODES", "RPE_INIT"):
         env.pop(name, None)  # knobs from the caller's shell must not leak into the tests
     env.update({k: str(v) for k, v in knobs.items()})
     return env
@@ -104,6 +105,7 @@ class RecipeRuns:
         self._submit("distributed", self._distributed)
         self._submit("resume", self._resume)
         self._submit("bpe", self._bpe)
+        self._submit("zero_start", self._zero_start)
 
     def _submit(self, name, fn):
         self._jobs[name] = self._pool.submit(fn)
@@ -149,6 +151,12 @@ class RecipeRuns:
         train = self.run("train.sh", SMOKE=1, ARCH=PIPELINE_ARCHS[0], RUN_NAME="bpe", MAX_UPDATE=12, WARMUP_UPDATES=2, **knobs)
         evaluate = self.run("eval.sh", RUN_NAME="bpe", SPLITS="test", EXTRAPOLATE="1", **knobs) if train.returncode == 0 else train
         return {"binarize": binarize, "train": train, "eval": evaluate}
+
+    def _zero_start(self):
+        self.get("data")["binarize"].check()
+        return self.run("train.sh", SMOKE=1, ARCH=PIPELINE_ARCHS[0], RUN_NAME="zero-start", RPE_INIT="zero",
+                        MAX_UPDATE=ZERO_START_MAX_UPDATE, WARMUP_UPDATES=1, SAVE_INTERVAL_UPDATES=ZERO_START_MAX_UPDATE,
+                        LOG_INTERVAL=1)
 
     def close(self):
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -1,5 +1,6 @@
 """train.sh: the SMOKE model on CPU, two CPU processes training as one (gloo), resuming after a kill,
-the --update-freq derived from the device count, a truncated checkpoint_last.pt, an unknown arch."""
+the --update-freq derived from the device count, a truncated checkpoint_last.pt, an unknown arch, the start
+of the learned bias (RPE_INIT)."""
 
 import re
 import shutil
@@ -10,8 +11,8 @@ import pytest
 import torch
 
 from .conftest import (PIPELINE_ARCHS, RECIPES, RESUME_MAX_UPDATE, RESUME_SAVE_INTERVAL, SMOKE_BATCH_TOKENS,
-                       SMOKE_MAX_TOKENS, SMOKE_MAX_UPDATE, load_checkpoint, num_updates, run_recipe, train_inner,
-                       weights)
+                       SMOKE_MAX_TOKENS, SMOKE_MAX_UPDATE, ZERO_START_MAX_UPDATE, load_checkpoint, num_updates,
+                       run_recipe, train_inner, weights)
 
 URPE = PIPELINE_ARCHS[0]
 
@@ -193,3 +194,39 @@ def test_truncated_checkpoint_last_is_replaced_by_the_newest_intact_checkpoint(r
                            capture_output=True, text=True)
     assert stuck.returncode == 1 and f"delete {last} to start afresh" in stuck.stderr
     assert last.stat().st_size == 1000  # left for a person to decide
+
+
+@pytest.mark.e2e
+def test_rpe_init_zero_reaches_fairseq_train_and_the_checkpoint_and_alibi_is_the_default(recipe_runs):
+    zero = recipe_runs.get("zero_start").check()
+    assert "  RPE_INIT=zero" in zero.output
+    assert (f"== bias start: {URPE} (--rpe-kind t5) learns its bias b, started flat, b = 0 (RPE_INIT=zero, "
+            "--rpe-init zero)") in zero.output
+    assert " --rpe-init zero " in zero.output.split("== command:")[1]
+    checkpoint = load_checkpoint(smoke_dir(recipe_runs, "zero-start") / "checkpoint_last.pt")
+    assert num_updates(checkpoint) == ZERO_START_MAX_UPDATE
+    assert checkpoint["cfg"]["model"]["rpe_init"] == "zero"
+
+    baselines = recipe_runs.get("baselines").check()  # no RPE_INIT given: today's start, ALiBi's line
+    assert "  RPE_INIT=alibi" in baselines.output
+    assert (f"== bias start: {URPE} (--rpe-kind t5) learns its bias b, started on ALiBi's line -m_h|k| "
+            "(RPE_INIT=alibi, --rpe-init alibi)") in baselines.output
+    assert "== bias start: transformer_lm_wiki103 is fairseq's own arch, without a relative bias; RPE_INIT does not apply" \
+        in baselines.output
+    default = load_checkpoint(smoke_dir(recipe_runs, f"{URPE}-smoke") / "checkpoint_last.pt")
+    assert default["cfg"]["model"]["rpe_init"] == "alibi"
+    stock = load_checkpoint(smoke_dir(recipe_runs, "transformer_lm_wiki103-smoke") / "checkpoint_last.pt")
+    assert "rpe_init" not in stock["cfg"]["model"]  # fairseq's own arch is not given the plugin's flag
+
+
+def test_rpe_init_of_a_fixed_bias_changes_nothing_and_a_bad_value_is_refused_naming_the_knob(tmp_path, outside):
+    data = fake_data_bin(tmp_path)
+    alibi = run_recipe("train.sh", outside, "wt103", timeout=120, DRY_RUN=1, GPUS=1, DATA_BIN=data, RPE_INIT="zero",
+                       ARCH="transformer_lm_urpe_alibi_wiki103").check()
+    assert ("== bias start: transformer_lm_urpe_alibi_wiki103 (--rpe-kind alibi) has no learned bias b; RPE_INIT=zero "
+            "changes nothing") in alibi.output
+    bad = run_recipe("train.sh", outside, "wt103-bad", timeout=60, DRY_RUN=1, GPUS=1, DATA_BIN=data, RPE_INIT="ALiBi")
+    assert bad.returncode != 0
+    assert ("train.sh: error: RPE_INIT must be alibi (the learned bias starts on ALiBi's line) or zero (flat), "
+            "got RPE_INIT=ALiBi") in bad.output
+    assert "== command:" not in bad.output and not (outside / "wt103-bad").exists()  # refused before anything is written
