@@ -42,6 +42,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from experiments.expressiveness.runs_file import add_runner_options, read_runs
+
 LENGTH, STEPS, BATCH, EVAL = 1000, 10_000, 100, 10_000
 LR, POSITION_LR, WEIGHT_DECAY, WARMUP, WIDTH = 1e-3, 1e-2, 0.01, 200, 16
 LAGS = (48, 56, 99)
@@ -276,10 +278,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true", help="tiny sizes (length 40, 20 steps): every code path in seconds")
     p.add_argument("--tables", default=" ".join(TABLES), help="tables to run, e.g. '8 9'")
-    p.add_argument("--seeds", default="0 1 2")
-    p.add_argument("--jobs", type=int, default=2, help="models trained at once, one thread each")
-    p.add_argument("--out", default="docs/expressiveness")
-    p.add_argument("--no-train", action="store_true", help="only summarise the models already in the runs file")
+    add_runner_options(p)
     p.add_argument("--cells", default="", help="train only these configurations (space-separated keys as in the runs "
                                                "file, seed left out: 'power|log|DPF|H=1|m=None')")
     a = p.parse_args(argv)
@@ -288,12 +287,7 @@ def main(argv=None):
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "appendix_h_runs.jsonl"
-    runs = {}
-    if log_path.exists():
-        for line in log_path.read_text().splitlines():
-            r = json.loads(line)
-            if r["size"] == size or r["size"] == {**size, "lags": list(size["lags"])}:
-                runs[r["key"]] = r
+    runs = read_runs(log_path, lambda r: r["size"] == size or r["size"] == {**size, "lags": list(size["lags"])})
     job_list = jobs(a.tables.split())
     unique = {key_of(j[4], s): (j, s) for j in job_list for s in seeds}
     missing = {}  # one job per configuration: its seeds not yet trained, trained side by side

@@ -46,6 +46,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from experiments.expressiveness.runs_file import add_runner_options, read_runs
+
 RESTARTS, FIT_ITERS = 2, 50
 RATE_LAGS, FIT_HEADS, RATE_THRESHOLD = (64, 256, 1024), (1, 4, 16, 32), 0.5
 DECAY = {"poly": (1024, lambda l: (1 + l / 2) ** -1.5), "exp": (128, lambda l: (1 + l / 4) * math_exp(-l / 4))}
@@ -285,33 +287,27 @@ def summarise_trained(runs, seeds):
     return out
 
 
+def separation(lacking, having, floor, also=()):
+    """The verdict on a claim that a model without some feature fails and one with it succeeds: ``contradicted``
+    where the one without reaches 0.1, ``reproduced`` where the one with it (and every error in ``also``) does
+    while the one without stays at ``floor`` or above, else ``not separable by this instance``."""
+    if lacking <= 0.1:
+        return "contradicted"
+    if having <= 0.1 and lacking >= floor and all(e <= 0.1 for e in also):
+        return "reproduced"
+    return "not separable by this instance"
+
+
 def trained_verdicts(t):
     def m(exp, row, col):
         return t.get(exp, {}).get(row, {}).get(col, {}).get("mean")
 
     v = {}
     try:
-        with_qk, without = m("adaptive", "2 layers, QK^T", "H=4"), m("adaptive", "2 layers, no QK^T", "H=4")
-        if without <= 0.1:
-            v["adaptive"] = "contradicted"
-        elif with_qk <= 0.1 and without >= 0.5:
-            v["adaptive"] = "reproduced"
-        else:
-            v["adaptive"] = "not separable by this instance"
-        k2 = {L: m("nested", "K = 2", f"L={L}") for L in (2, 3)}
-        if k2[2] <= 0.1:
-            v["nested"] = "contradicted"
-        elif k2[3] <= 0.1 and k2[2] >= 0.3 and m("nested", "K = 1", "L=2") <= 0.1:
-            v["nested"] = "reproduced"
-        else:
-            v["nested"] = "not separable by this instance"
-        two, three = m("summax", "2 layers", "H=1"), m("summax", "3 layers", "H=1")
-        if two <= 0.1:
-            v["summax"] = "contradicted"
-        elif three <= 0.1 and two >= 0.3:
-            v["summax"] = "reproduced"
-        else:
-            v["summax"] = "not separable by this instance"
+        v["adaptive"] = separation(m("adaptive", "2 layers, no QK^T", "H=4"), m("adaptive", "2 layers, QK^T", "H=4"), 0.5)
+        v["nested"] = separation(m("nested", "K = 2", "L=2"), m("nested", "K = 2", "L=3"), 0.3,
+                                 also=(m("nested", "K = 1", "L=2"),))
+        v["summax"] = separation(m("summax", "2 layers", "H=1"), m("summax", "3 layers", "H=1"), 0.3)
     except (TypeError, ValueError):
         pass
     return v
@@ -354,10 +350,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--only", default="fits trained")
-    p.add_argument("--seeds", default="0 1 2")
-    p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--out", default="docs/expressiveness")
-    p.add_argument("--no-train", action="store_true", help="only summarise the models already in the runs file")
+    add_runner_options(p)
     a = p.parse_args(argv)
     size = dict(SMOKE) if a.smoke else dict(rate_lags=RATE_LAGS, fit_heads=FIT_HEADS, restarts=RESTARTS,
                                             iters=FIT_ITERS, decay_lengths={}, steps=STEPS, batch=BATCH, eval=EVAL)
@@ -373,12 +366,8 @@ def main(argv=None):
         print(f"fits done in {fits['seconds']:.0f} s", flush=True)
     elif fits_path.exists():
         fits = json.loads(fits_path.read_text())
-    runs, log_path = {}, out / "memory_claims_runs.jsonl"
-    if log_path.exists():
-        for line in log_path.read_text().splitlines():
-            r = json.loads(line)
-            if r["steps"] == size["steps"] and r["batch"] == size["batch"]:
-                runs[r["key"]] = r
+    log_path = out / "memory_claims_runs.jsonl"
+    runs = read_runs(log_path, lambda r: r["steps"] == size["steps"] and r["batch"] == size["batch"])
     if "trained" in a.only:
         todo = [(c, s) for _, _, c in trained_cells() for s in seeds if key_of(c, s) not in runs]
         todo = list({key_of(c, s): (c, s) for c, s in todo}.values())

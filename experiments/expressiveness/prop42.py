@@ -39,6 +39,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from experiments.expressiveness.runs_file import add_runner_options, read_runs
+
 LENGTH, STEPS, LR, WIDTH, GATE_WIDTH = 6, 1000, 1e-2, 16, 16
 HEADS = [1, 2, 4, 8, 16]
 BOUND = 2 / 3
@@ -208,22 +210,14 @@ def markdown(results, header):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true")
-    p.add_argument("--seeds", default="0 1 2")
-    p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--out", default="docs/expressiveness")
-    p.add_argument("--no-train", action="store_true", help="only summarise the models already in the runs file")
+    add_runner_options(p)
     a = p.parse_args(argv)
     length, steps, heads = (SMOKE["length"], SMOKE["steps"], SMOKE["heads"]) if a.smoke else (LENGTH, STEPS, HEADS)
     seeds = [int(s) for s in a.seeds.split()]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "prop42_runs.jsonl"
-    runs = {}
-    if log_path.exists():
-        for line in log_path.read_text().splitlines():
-            r = json.loads(line)
-            if r["length"] == length and r["steps"] == steps:
-                runs[r["key"]] = r
+    runs = read_runs(log_path, lambda r: r["length"] == length and r["steps"] == steps)
     todo = [(row, h, s) for row in ROWS for h in row_heads(row, a.smoke) for s in seeds if key_of(row, h, s) not in runs]
     todo.sort(key=lambda job: (ROWS.index(job[0]), -job[1]))  # the paper's class first
     todo = [] if a.no_train else todo

@@ -11,6 +11,7 @@ import torch
 
 from experiments.expressiveness import appendix_h, memory_claims, prop42
 from experiments.expressiveness.last_row import LastRowTransformer, phi
+from experiments.expressiveness.runs_file import read_runs
 
 
 @pytest.mark.parametrize("kind", ["lin", "log", "learned"])
@@ -205,3 +206,21 @@ def test_memory_claims_smoke_writes_fits_trained_and_verdicts(tmp_path):
     data = json.loads((tmp_path / "memory_claims.json").read_text())
     assert set(data["verdicts"]) == {"rate", "decay_poly", "decay_exp", "adaptive", "nested", "summax"}
     assert all(v in ("reproduced", "contradicted", "not separable by this instance") for v in data["verdicts"].values())
+
+
+def test_separation_verdict_reads_the_errors_of_the_models_with_and_without_the_feature():
+    separation = memory_claims.separation
+    assert separation(0.05, 0.01, 0.3) == "contradicted"  # the model without the feature already solves it
+    assert separation(0.6, 0.02, 0.5) == "reproduced"
+    assert separation(0.4, 0.02, 0.5) == "not separable by this instance"  # without: neither solved nor failed
+    assert separation(0.6, 0.2, 0.5) == "not separable by this instance"  # with: not solved either
+    assert separation(0.6, 0.02, 0.3, also=(0.05,)) == "reproduced"
+    assert separation(0.6, 0.02, 0.3, also=(0.5,)) == "not separable by this instance"  # a control failed
+
+
+def test_runs_file_keeps_the_records_of_this_size_only(tmp_path):
+    assert read_runs(tmp_path / "missing.jsonl", lambda r: True) == {}
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [{"key": "a", "steps": 10}, {"key": "b", "steps": 20},
+                                                      {"key": "a", "steps": 10, "error": 1.0}]))
+    assert read_runs(path, lambda r: r["steps"] == 10) == {"a": {"key": "a", "steps": 10, "error": 1.0}}
