@@ -33,14 +33,16 @@ def load(name: str, path: str = None):
     return module
 
 
-# What the compile check covers: (capability, dtype, head dim, attention dropout[, "plain"]). The dropout
+# What the compile check covers: (capability, dtype, head dim, attention dropout[, variant]). The dropout
 # variants need the most registers (where spills would show first); fp16 compiles like bf16. fp32 twice:
 # TF32 products (what auto runs where torch allows TF32) and full-precision ones (what
 # --urpe-attention-impl fused forces). "plain": no tables, no padding, no dropout (the performance
-# model's stand-in for SDPA flash, docs/performance.md). sm_86: the 99 KB class (sm_86/87/89).
+# model's stand-in for SDPA flash, docs/performance.md); "no padding": both tables, no key padding (a
+# language model's training batches: the model's prediction). sm_86: the 99 KB class (sm_86/87/89).
 COMPILE_CONFIGS = [
     (90, "bf16", 64, False), (90, "bf16", 64, True), (90, "bf16", 128, False), (90, "bf16", 128, True),
     (90, "bf16", 64, False, "plain"), (90, "fp16", 128, True),
+    (90, "bf16", 64, False, "no padding"), (90, "bf16", 64, True, "no padding"),
     (90, "fp32-tf32", 64, False), (90, "fp32", 64, False), (90, "fp32-tf32", 128, False),
     (80, "bf16", 64, False), (80, "bf16", 64, True), (80, "bf16", 128, True),
     (86, "bf16", 64, True), (86, "bf16", 128, True),
@@ -88,7 +90,8 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
     jobs = {
         "forward": (kernel._forward_kernel, cfg["forward"], {}),
         "dkdv": (kernel._backward_dkdv_kernel, cfg["dkdv"],
-                 dict(BIAS_GRAD=tables[0] and not in_dq, C_GRAD=tables[1] and not in_dq)),
+                 dict(BIAS_GRAD=tables[0] and not in_dq, C_GRAD=tables[1] and not in_dq,
+                      FAR_BRANCH=cfg.get("far_branch", False))),
         "dq": (kernel._backward_dq_kernel, cfg["dq"], dict(BIAS_GRAD=tables[0] and in_dq, C_GRAD=tables[1] and in_dq)),
     }
     target = GPUTarget("cuda", capability, 32)
@@ -116,6 +119,8 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
         ptx = compiled.asm["ptx"]
         results[name] = dict(tiles=(block_m, block_n, warps, stages), shared_bytes=compiled.metadata.shared,
                              **_ptxas_usage(ptx, capability), **ptx_instructions(ptx))
+        if "FAR_BRANCH" in constexprs:  # near and far tiles in one loop: its PTX loops are not one per kind
+            results[name]["far_branch"] = bool(constexprs["FAR_BRANCH"])
         if report:
             r = results[name]
             print(f"sm_{capability} {dtype} d={head_dim}{' dropout' if dropout else ''} {name}: "
@@ -129,8 +134,8 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
     return results
 
 
-def _config_name(cap, dtype, head_dim, dropout, *plain):
-    return f"sm_{cap} {dtype} d{head_dim}{' dropout' if dropout else ''}{' plain' if plain else ''}"
+def _config_name(cap, dtype, head_dim, dropout, *variant):
+    return f"sm_{cap} {dtype} d{head_dim}{' dropout' if dropout else ''}{''.join(' ' + v for v in variant)}"
 
 
 def ptx_instructions(ptx: str):
@@ -287,10 +292,11 @@ def main(argv=None):
         for config in configs:
             cap, dtype, head_dim, dropout = config[:4]
             plain = config[4:] == ("plain",)
+            padding = not plain and config[4:] != ("no padding",)
             name = _config_name(*config)
             try:
                 results[name] = compile_kernels(cap, dtype, head_dim, blocks, dropout=dropout, kernel=kernel,
-                                                tables=(not plain, not plain), padding=not plain)
+                                                tables=(not plain, not plain), padding=padding)
             except Exception as error:  # e.g. a kernel without dropout; the others still compile
                 results[name] = f"not compiled: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
                 print(f"{name}: {results[name]}", flush=True)

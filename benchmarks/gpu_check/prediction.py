@@ -9,13 +9,16 @@ Per kernel and per iteration of its loop over tiles (one (BLOCK_M, BLOCK_N) tile
                                                                       cycle per SM (132 SMs, 1.83 GHz)
     cycles        = max(issue, tensor)
 
-summed over the causal tiles at L = 2048 (those below the diagonal with the first loop's count, those on
-it with the second's). SDPA flash is modelled by the same kernels compiled without tables, padding or
-dropout ("plain", the Triton fused-attention tutorial's work per tile, which runs at FlashAttention-2's
-speed on Hopper to within ~15%). The ratio of the two sums is the prediction; the constants common to
-both (clock, SM count, batch x heads, issue efficiency) cancel. What it leaves out: the prologue and
-epilogue of each program, the delta kernel and table conversions (O(T) each, a few per cent at 2048),
-latency the warps cannot hide, and the atomics of the table gradients (2 per tile, relaxed).
+summed over the causal tiles at L = 2048, each kind of tile with its own loop's count: far tiles (wholly
+at distances >= FAR, scalar tables), near tiles below the diagonal, and tiles on it. FAR is that of the
+default ``transformer_lm_urpe``: T5's 32 buckets up to distance 128, constant from distance 113 on, for
+b and C alike (``constant_from``; the kernel reads the tables up to there). SDPA flash is modelled by the
+same kernels compiled without tables, padding or dropout ("plain", the Triton fused-attention tutorial's
+work per tile, which runs at FlashAttention-2's speed on Hopper to within ~15%). The ratio of the two
+sums is the prediction; the constants common to both (clock, SM count, batch x heads, issue efficiency)
+cancel. What it leaves out: the prologue and epilogue of each program, the delta kernel and table
+conversions (O(T) each, a few per cent at 2048), latency the warps cannot hide, and the atomics of the
+table gradients (per diagonal in near tiles, one per program for the far ones; relaxed).
 """
 
 import json
@@ -46,54 +49,39 @@ def iterations(kernel: str, block_m: int, block_n: int, length: int = LENGTH):
     return below, on
 
 
-def kernel_cycles(kernel: str, usage: dict, head_dim: int = HEAD_DIM, length: int = LENGTH):
-    """Cycles of one (batch, head) of ``kernel`` from its compile-report entry ``usage``."""
+# Which loop of a kernel's PTX (in order) runs which tiles: the kernels before far tiles had two loops.
+LOOP_ROLES = {
+    3: {"forward": ("far", "near", "on"), "dq": ("far", "near", "on"), "dkdv": ("on", "near", "far")},
+    2: {"forward": ("near", "on"), "dq": ("near", "on"), "dkdv": ("on", "near")},
+}
+MODEL_FAR = 113  # T5RelativeBias(H, 32, 128).constant_from: the default transformer_lm_urpe's tables
+
+
+def kernel_cycles(kernel: str, usage: dict, far=None, head_dim: int = HEAD_DIM, length: int = LENGTH):
+    """Cycles of one (batch, head) of ``kernel`` from its compile-report entry ``usage``, with tables
+    constant from distance ``far`` on (``None``: no far tiles, as without tables)."""
+    from benchmarks.fused_kernel import load
+
     block_m, block_n, warps = usage["tiles"][:3]
     loops = [loop["instructions"] for loop in usage["loops"]]
+    if len(loops) not in LOOP_ROLES:
+        raise ValueError(f"{kernel}: {len(loops)} loops in the compile report; the model knows 2 or 3")
+    per = dict(zip(LOOP_ROLES[len(loops)][kernel], loops))
+    if usage.get("far_branch"):  # one loop with a branch for near and far tiles: priced at its larger count
+        per["near"] = per["far"] = max(loops[1:])
     below, on = iterations(kernel, block_m, block_n, length)
+    far_count = load("fused_urpe_attention").far_tiles(kernel, length, far, block_m, block_n) if far is not None else 0
+    if "far" not in per:  # a kernel without the far-tile loop runs its near loop there
+        per["far"] = per["near"]
     tensor = 2 * block_m * block_n * head_dim * PRODUCTS[kernel] / TENSOR_FLOP_PER_CYCLE
-    per_below = max(warps * loops[0] / 4, tensor)
-    per_on = max(warps * loops[-1] / 4, tensor)
-    return below * per_below + on * per_on
-
-
-def far_share(kernel: str, block_m: int, block_n: int, max_distance: int = 128, length: int = LENGTH) -> float:
-    """The share of a kernel's tiles wholly past ``max_distance`` (every entry's i - j >= it): where a
-    table constant from there on is one scalar (the far-tile path, not implemented)."""
-    far = total = 0
-    for start_m in range(0, length, block_m):
-        for start_n in range(0, min(start_m + block_m, length), block_n):
-            total += 1
-            far += start_m - (start_n + block_n - 1) >= max_distance
-    return far / total
-
-
-def predict_far_tiles(report_path: str = COMPILE_REPORT, extra=None, max_distance: int = 128):
-    """What the far-tile path would give: far tiles at the plain kernel's cost plus ``extra`` instructions
-    per iteration (a scalar bias add and C multiply per entry, and in the kernel with the table gradients
-    two tile sums and two atomics), near tiles as now."""
-    extra = extra or {"forward": 64, "dkdv": 96, "dq": 160}
-    with open(report_path) as f:
-        results = json.load(f)["results"]
-    plain = results["sm_90 bf16 d64 plain"]
-    flash = sum(kernel_cycles(k, plain[k]) for k in ("forward", "dkdv", "dq"))
-    out = {}
-    for label, name in (("no dropout", "sm_90 bf16 d64"), ("dropout", "sm_90 bf16 d64 dropout")):
-        total = 0.0
-        for k in ("forward", "dkdv", "dq"):
-            entry, base = results[name][k], plain[k]
-            share = far_share(k, *entry["tiles"][:2], max_distance)
-            far_entry = dict(base, tiles=entry["tiles"],
-                             loops=[{"instructions": base["loops"][0]["instructions"] + extra[k]
-                                     + (entry["loops"][0]["instructions"] - results["sm_90 bf16 d64"][k]["loops"][0]["instructions"])}])
-            total += share * kernel_cycles(k, far_entry) + (1 - share) * kernel_cycles(k, entry)
-        out[label] = total / flash
-    return out
+    cycles = {role: max(warps * n / 4, tensor) for role, n in per.items()}
+    return far_count * cycles["far"] + (below - far_count) * cycles["near"] + on * cycles["on"]
 
 
 def predict(report_path: str = COMPILE_REPORT):
     """``{"no dropout": ratio, "dropout": ratio, ...}``: predicted fused URPE fwd+bwd time / SDPA flash's,
-    from the compile report's sm_90 bf16 d64 entries (None where the report lacks them)."""
+    from the compile report's sm_90 bf16 d64 entries without key padding (a language model's training
+    batches have none), and ``"... with padding"`` from those with it (None where the report lacks them)."""
     try:
         with open(report_path) as f:
             results = json.load(f)["results"]
@@ -104,12 +92,14 @@ def predict(report_path: str = COMPILE_REPORT):
         return None
     flash = sum(kernel_cycles(k, plain[k]) for k in ("forward", "dkdv", "dq"))
     out = {"sdpa_flash_model_cycles_per_head": flash}
-    for label, name in (("no dropout", "sm_90 bf16 d64"), ("dropout", "sm_90 bf16 d64 dropout")):
+    for label, name in (("no dropout", "sm_90 bf16 d64 no padding"), ("dropout", "sm_90 bf16 d64 dropout no padding"),
+                        ("no dropout, with padding", "sm_90 bf16 d64"), ("dropout, with padding", "sm_90 bf16 d64 dropout")):
         entry = results.get(name)
         if isinstance(entry, dict):
-            cycles = {k: kernel_cycles(k, entry[k]) for k in ("forward", "dkdv", "dq")}
+            cycles = {k: kernel_cycles(k, entry[k], MODEL_FAR) for k in ("forward", "dkdv", "dq")}
             out[label] = sum(cycles.values()) / flash
             out[label + " per kernel"] = {k: v / flash for k, v in cycles.items()}
+    out["sdpa flash per kernel"] = {k: kernel_cycles(k, plain[k]) / flash for k in ("forward", "dkdv", "dq")}
     return out
 
 
@@ -122,4 +112,4 @@ def predicted_line(label: str = "no dropout") -> str:
 
 
 if __name__ == "__main__":
-    print(json.dumps(dict(predict(), far_tile_path=predict_far_tiles()), indent=1))
+    print(json.dumps(predict(), indent=1))

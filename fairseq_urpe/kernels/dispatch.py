@@ -201,9 +201,9 @@ def is_future_mask(attn_mask: Optional[torch.Tensor], length: int) -> bool:
 def fused_relative_attention(q, k, v, bias_table=None, c_table=None, key_padding_mask=None,
                              dropout_p=0.0, impl: str = "fused") -> Optional[torch.Tensor]:
     """Causal ``dropout(softmax(Q K^T + B) ⊙ C) V`` by the fused kernel; ``q`` (B, H, T, d) already scaled
-    (and q, k already rotated, for RoPE); ``bias_table``, ``c_table``: ``(H, >= T)`` values at causal
-    distances ``0, 1, ...`` (or ``None``). The dropout mask comes from torch's generator on q's device
-    (``--seed`` makes it reproducible).
+    (and q, k already rotated, for RoPE); ``bias_table``, ``c_table``: ``(H, n)`` values at causal
+    distances ``0, 1, ...``, the last for every distance past it (or ``None``). The dropout mask comes from
+    torch's generator on q's device (``--seed`` makes it reproducible).
 
     The first call of each launch signature (:func:`launch_key`) runs the kernel on these inputs first
     (forward and backward): where that fails, ``impl == "auto"`` warns once and returns ``None`` (the caller
@@ -237,7 +237,8 @@ def launch_key(q, k, v, bias_table=None, c_table=None, key_padding_mask=None, dr
     """What selects the compiled kernels of a call: the configuration, and every integer argument's and
     pointer's specialisation (the backward's upstream gradient is assumed laid out like the output)."""
     integers = [q.size(1), q.size(2), q.size(0) * q.size(1), *q.stride(), *k.stride(), *v.stride()]
-    integers += [t.size(1) for t in (bias_table, c_table) if t is not None]
+    last = [min(t.size(1), q.size(2)) - 1 for t in (bias_table, c_table) if t is not None]
+    integers += last + [max(last) if last else q.size(2)]  # LAST_B, LAST_C, FAR (the kernel's table_reach)
     pointers = [x.data_ptr() % 16 == 0 for x in (q, k, v)]
     tf32 = q.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
     return (str(q.device), q.dtype, q.size(-1), bias_table is not None, c_table is not None,

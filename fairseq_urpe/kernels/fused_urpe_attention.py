@@ -11,7 +11,12 @@ Backward, recomputing P (and Z) tile by tile from the stored m and l (O(T) extra
     dQ  = scale dS K     dK = scale dS^T Q
     db(k) = sum over the diagonal i - j = k of dS       dc(k) = sum over i - j = k of dW ⊙ P
 
-``b`` and ``c`` come per head as tables by distance, ``(H, >= T)`` (entry k for distance k). Padded keys
+``b`` and ``c`` come per head as tables by distance, ``(H, n)``: entry k for distance k, and the last
+entry for every distance past it (``B_ij = b[min(i - j, n - 1)]``), so a table that is constant from some
+distance on (T5's buckets, a clipped table) is passed only up to there. Key tiles wholly at or past both
+tables' last entries (*far* tiles: 77-82% of the tiles at T = 2048 with 128 entries) read one scalar per table
+and add their table gradients to one running scalar per table, one atomic per program; the other
+(*near*) tiles read their slice of each table with one gather, and add per-diagonal sums. Padded keys
 follow the dense attention in ``fairseq_urpe/modules/relative_multihead_attention.py``: their score is the most negative
 finite float32 rather than -inf, so a query whose visible keys are all padding averages them uniformly
 and stays finite, and no gradient flows into their scores. Attention dropout follows it too: applied to
@@ -42,12 +47,12 @@ MAX_TILE = 128  # the most rows (keys) of a tile: in-tile offsets (MAX_TILE - 1)
 
 
 @triton.jit
-def _table_tile(TABLE, first, distance, T, L: tl.constexpr, M: tl.constexpr, N: tl.constexpr, factor=1.0):
-    """The (M, N) tile ``factor * TABLE[distance]`` (0 outside the table's 0 .. T - 1), all distances within
-    ``first .. first + L - 1``: one load of that slice (scaled there, L entries, not M N), expanded in
-    registers by a gather."""
+def _table_tile(TABLE, first, distance, LAST, L: tl.constexpr, M: tl.constexpr, N: tl.constexpr, factor=1.0):
+    """The (M, N) tile ``factor * TABLE[min(distance, LAST)]`` (0 at negative distances), all distances
+    within ``first .. first + L - 1``: one load of that slice (scaled there, L entries, not M N), expanded
+    in registers by a gather."""
     d = first + tl.arange(0, L)
-    entries = tl.load(TABLE + d, mask=(d >= 0) & (d < T), other=0.0) * factor  # (L,)
+    entries = tl.load(TABLE + tl.minimum(d, LAST), mask=d >= 0, other=0.0) * factor  # (L,)
     return tl.reshape(tl.gather(entries, tl.reshape(distance - first, [M * N]), 0), [M, N])
 
 
@@ -94,26 +99,54 @@ def _exp(x, EXP2: tl.constexpr):
 
 
 @triton.jit
-def _scores(q, k, TABLE, first, distance, T, qk_scale, log2e,
-            HAS_BIAS: tl.constexpr, SLICE: tl.constexpr, M: tl.constexpr, N: tl.constexpr,
+def _far_values(BIAS, CTAB, LAST_B, LAST_C, log2e, HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, ACC: tl.constexpr):
+    """The tables' last entries, ``log2e b[LAST_B]`` and ``c[LAST_C]`` (scalars): B and C of every far tile."""
+    b_far = 0.0
+    c_far = 1.0
+    if HAS_BIAS:
+        b_far = tl.load(BIAS + LAST_B).to(ACC) * log2e
+    if HAS_C:
+        c_far = tl.load(CTAB + LAST_C).to(ACC)
+    return b_far, c_far
+
+
+@triton.jit
+def _key_tile_ranges(start_m, FAR, BLOCK_N: tl.constexpr):
+    """``(far, below)`` for the query tile at ``start_m``: key tiles before ``far`` lie wholly at distances
+    ``>= FAR`` (``i - j >= FAR`` for every entry: ``start_n + BLOCK_N - 1 <= start_m - FAR``), those
+    before ``below`` wholly below the diagonal."""
+    below = ((start_m + 1) // BLOCK_N) * BLOCK_N
+    far = (tl.maximum(start_m - FAR + 1, 0) // BLOCK_N) * BLOCK_N
+    return far, below
+
+
+@triton.jit
+def _scores(q, k, TABLE, first, distance, LAST, b_far, qk_scale, log2e,
+            HAS_BIAS: tl.constexpr, FAR_TILE: tl.constexpr, SLICE: tl.constexpr, M: tl.constexpr, N: tl.constexpr,
             PRECISION: tl.constexpr, ACC: tl.constexpr):
-    """``log2(e) (scale q k^T + B)`` (M, N) of one tile (``log2e`` 1 where the scores stay in base e)."""
+    """``log2(e) (scale q k^T + B)`` (M, N) of one tile (``log2e`` 1 where the scores stay in base e); a far
+    tile's B is the scalar ``b_far`` (already times ``log2e``)."""
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * qk_scale
     if HAS_BIAS:
-        s += _table_tile(TABLE, first, distance, T, SLICE, M, N, log2e)
+        if FAR_TILE:
+            s += b_far
+        else:
+            s += _table_tile(TABLE, first, distance, LAST, SLICE, M, N, log2e)
     return s
 
 
 @triton.jit
 def _forward_tile(
     acc, m_i, l_i, q, K, V, BIAS, CTAB, PAD, seed, rows, offs_n, dims, start_m, start_n, bh,
-    stride_kt, stride_kd, stride_vt, stride_vd, T, D: tl.constexpr, qk_scale, log2e, keep_threshold, keep_scale,
+    stride_kt, stride_kd, stride_vt, stride_vd, T, LAST_B, LAST_C, b_far, c_far, D: tl.constexpr, qk_scale, log2e,
+    keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    CAUSAL_MASK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLICE: tl.constexpr,
-    PRECISION: tl.constexpr, ACC: tl.constexpr, EXP2: tl.constexpr,
+    CAUSAL_MASK: tl.constexpr, FAR_TILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    SLICE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr, EXP2: tl.constexpr,
 ):
-    """One key tile of the forward's online softmax; ``CAUSAL_MASK`` only for tiles that cross the diagonal.
-    ``K``, ``V``, ``PAD`` point at this (batch, head)'s key 0, ``BIAS``, ``CTAB`` at its head's table."""
+    """One key tile of the forward's online softmax; ``CAUSAL_MASK`` only for tiles that cross the diagonal,
+    ``FAR_TILE`` for tiles past both tables' last entries (scalar ``b_far``, ``c_far``). ``K``, ``V``,
+    ``PAD`` point at this (batch, head)'s key 0, ``BIAS``, ``CTAB`` at its head's table."""
     cols = start_n + offs_n
     col_mask = (cols[:, None] < T) & (dims[None, :] < D)
     start = tl.cast(start_n, tl.int64)
@@ -123,7 +156,8 @@ def _forward_tile(
                 mask=col_mask, other=0.0)
     distance = rows[:, None] - cols[None, :]  # (BLOCK_M, BLOCK_N): i - j
     first = start_m - start_n - (BLOCK_N - 1)  # the tile's smallest distance
-    s = _scores(q, k, BIAS, first, distance, T, qk_scale, log2e, HAS_BIAS, SLICE, BLOCK_M, BLOCK_N, PRECISION, ACC)
+    s = _scores(q, k, BIAS, first, distance, LAST_B, b_far, qk_scale, log2e, HAS_BIAS, FAR_TILE, SLICE, BLOCK_M,
+                BLOCK_N, PRECISION, ACC)
     if HAS_PAD:
         padded = tl.load(PAD + cols, mask=cols < T, other=1) != 0  # (BLOCK_N,)
         s = tl.where(padded[None, :], PAD_SCORE, s)
@@ -135,7 +169,10 @@ def _forward_tile(
     p = _exp(s - m_new[:, None], EXP2)
     l_i = l_i * alpha + tl.sum(p, 1)
     if HAS_C:
-        p = p * _table_tile(CTAB, first, distance, T, SLICE, BLOCK_M, BLOCK_N)
+        if FAR_TILE:
+            p = p * c_far
+        else:
+            p = p * _table_tile(CTAB, first, distance, LAST_C, SLICE, BLOCK_M, BLOCK_N)
     if HAS_DROPOUT:
         p = p * _dropout_scale(seed, bh, rows, start_n, keep_threshold, keep_scale, BLOCK_M, BLOCK_N)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=ACC)
@@ -150,13 +187,13 @@ def _forward_kernel(
     stride_vb, stride_vh, stride_vt, stride_vd,
     stride_ob, stride_oh, stride_ot, stride_od,
     stride_bias_h, stride_c_h, stride_pad_b,
-    H, T, qk_scale, log2e, keep_threshold, keep_scale,
+    H, T, LAST_B, LAST_C, FAR, qk_scale, log2e, keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr, ACC: tl.constexpr, EXP2: tl.constexpr,
 ):
-    """One program: BLOCK_M queries of one (batch, head), streaming over keys 0 .. the diagonal; the last
-    query tiles (the most keys) first."""
+    """One program: BLOCK_M queries of one (batch, head), streaming over keys 0 .. the diagonal (far tiles,
+    then near ones, then those on the diagonal); the last query tiles (the most keys) first."""
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     bh = tl.program_id(1)
     b = tl.cast(bh // H, tl.int64)
@@ -177,20 +214,30 @@ def _forward_kernel(
     PAD += b * stride_pad_b
     SLICE: tl.constexpr = 2 * max(BLOCK_M, BLOCK_N)  # >= BLOCK_M + BLOCK_N - 1 distances, a power of 2
 
+    b_far, c_far = _far_values(BIAS, CTAB, LAST_B, LAST_C, log2e, HAS_BIAS, HAS_C, ACC)
+
     m_i = tl.full([BLOCK_M], float("-inf"), ACC)  # running row max of S (base 2)
     l_i = tl.zeros([BLOCK_M], ACC)  # running row sum of exp(S - m_i)
     acc = tl.zeros([BLOCK_M, BLOCK_D], ACC)  # running (exp(S - m_i) ⊙ C ⊙ Z) V
-    below = ((start_m + 1) // BLOCK_N) * BLOCK_N  # key tiles before this one lie wholly below the diagonal
-    for start_n in range(0, below, BLOCK_N):
+    far, below = _key_tile_ranges(start_m, FAR, BLOCK_N)
+    for start_n in range(0, far, BLOCK_N):
         acc, m_i, l_i = _forward_tile(
             acc, m_i, l_i, q, K, V, BIAS, CTAB, PAD, seed, rows, offs_n, dims, start_m, start_n, bh,
-            stride_kt, stride_kd, stride_vt, stride_vd, T, D, qk_scale, log2e, keep_threshold, keep_scale,
-            HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, False, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
+            stride_kt, stride_kd, stride_vt, stride_vd, T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e,
+            keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, False, True,
+            BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
+    for start_n in range(far, below, BLOCK_N):
+        acc, m_i, l_i = _forward_tile(
+            acc, m_i, l_i, q, K, V, BIAS, CTAB, PAD, seed, rows, offs_n, dims, start_m, start_n, bh,
+            stride_kt, stride_kd, stride_vt, stride_vd, T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e,
+            keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, False, False,
+            BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
     for start_n in range(below, tl.minimum(start_m + BLOCK_M, T), BLOCK_N):
         acc, m_i, l_i = _forward_tile(
             acc, m_i, l_i, q, K, V, BIAS, CTAB, PAD, seed, rows, offs_n, dims, start_m, start_n, bh,
-            stride_kt, stride_kd, stride_vt, stride_vd, T, D, qk_scale, log2e, keep_threshold, keep_scale,
-            HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, True, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
+            stride_kt, stride_kd, stride_vt, stride_vd, T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e,
+            keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, True, False,
+            BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
 
     out = acc / l_i[:, None]
     tl.store(Out + b * stride_ob + h * stride_oh + first_row * stride_ot + offs_m[:, None] * stride_ot
@@ -201,9 +248,10 @@ def _forward_kernel(
 
 
 @triton.jit
-def _add_diagonal_sums(x, GRAD, base, T, A: tl.constexpr, B: tl.constexpr, SIGN: tl.constexpr):
-    """GRAD[k] += the sum of the (A, B) tile ``x`` along each diagonal: entry (a, b) is at distance
-    ``k = base + SIGN * (a - b)``; only the A + B - 1 diagonals the tile holds, and only ``0 <= k < T``.
+def _add_diagonal_sums(x, GRAD, base, LAST, A: tl.constexpr, B: tl.constexpr, SIGN: tl.constexpr):
+    """GRAD[min(k, LAST)] += the sum of the (A, B) tile ``x`` along each diagonal: entry (a, b) is at
+    distance ``k = base + SIGN * (a - b)``; only the A + B - 1 diagonals the tile holds, and only ``k >= 0``
+    (distances past the table's last entry read that entry, so their sums go there).
 
     One gather shears the tile cyclically along its longer side L so that every diagonal lies in one
     line: with A >= B, entry (v, c) takes x[(c + v) mod L, c], on local diagonal v (where c + v < L)
@@ -228,23 +276,31 @@ def _add_diagonal_sums(x, GRAD, base, T, A: tl.constexpr, B: tl.constexpr, SIGN:
         L: tl.constexpr = B
     local = tl.arange(0, L)
     k = base + SIGN * local
-    tl.atomic_add(GRAD + k, here, mask=(local < A) & (k >= 0) & (k < T), sem="relaxed")
+    tl.atomic_add(GRAD + tl.minimum(k, LAST), here, mask=(local < A) & (k >= 0), sem="relaxed")
     k = base + SIGN * (local - L)
-    tl.atomic_add(GRAD + k, back, mask=(local > L - B) & (k >= 0) & (k < T), sem="relaxed")
+    tl.atomic_add(GRAD + tl.minimum(k, LAST), back, mask=(local > L - B) & (k >= 0), sem="relaxed")
+
+
+@triton.jit
+def _add_far_sum(GRAD, LAST, total):
+    """GRAD[LAST] += ``total`` ((1, 1)): the far tiles' gradient of the table's last entry, one atomic."""
+    tl.atomic_add(GRAD + LAST + tl.arange(0, 1), tl.reshape(total, [1]), sem="relaxed")
 
 
 @triton.jit
 def _dkdv_tile(
-    dk, dv, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols, offs_m, dims,
-    start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
-    T, D: tl.constexpr, qk_scale, log2e, keep_threshold, keep_scale,
+    dk, dv, db_far, dc_far, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols, offs_m,
+    dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
+    T, LAST_B, LAST_C, b_far, c_far, D: tl.constexpr, qk_scale, log2e, keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr, CAUSAL_MASK: tl.constexpr,
+    BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr, CAUSAL_MASK: tl.constexpr, FAR_TILE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLICE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
     EXP2: tl.constexpr,
 ):
     """One query tile of dK, dV, with keys as rows (transposed tiles, ``k q^T``: the products' M is BLOCK_N).
-    ``Q``, ``DO`` point at this (batch, head)'s query 0, ``RowMax``, ``RowSum``, ``Delta`` at its row 0."""
+    ``Q``, ``DO`` point at this (batch, head)'s query 0, ``RowMax``, ``RowSum``, ``Delta`` at its row 0.
+    A far tile (``FAR_TILE``) reads the scalar tables ``b_far``, ``c_far`` and adds its table gradients
+    to the running ``db_far``, ``dc_far``."""
     rows = start_m + offs_m
     row_mask = (rows[:, None] < T) & (dims[None, :] < D)
     first_row = tl.cast(start_m, tl.int64)
@@ -257,7 +313,8 @@ def _dkdv_tile(
     delta = tl.load(Delta + rows, mask=rows < T, other=0.0)
     distance = rows[None, :] - cols[:, None]  # (BLOCK_N, BLOCK_M): i - j
     first = start_m - start_n - (BLOCK_N - 1)
-    s = _scores(k, q, BIAS, first, distance, T, qk_scale, log2e, HAS_BIAS, SLICE, BLOCK_N, BLOCK_M, PRECISION, ACC)  # S^T
+    s = _scores(k, q, BIAS, first, distance, LAST_B, b_far, qk_scale, log2e, HAS_BIAS, FAR_TILE, SLICE, BLOCK_N,
+                BLOCK_M, PRECISION, ACC)  # S^T
     if HAS_PAD:
         s = tl.where(padded[:, None], PAD_SCORE, s)
     if CAUSAL_MASK:
@@ -270,7 +327,10 @@ def _dkdv_tile(
         dw = dw * z
         w = w * z
     if HAS_C:
-        c = _table_tile(CTAB, first, distance, T, SLICE, BLOCK_N, BLOCK_M)
+        if FAR_TILE:
+            c = c_far
+        else:
+            c = _table_tile(CTAB, first, distance, LAST_C, SLICE, BLOCK_N, BLOCK_M)
         w = w * c
         dp = dw * c
     else:
@@ -281,10 +341,16 @@ def _dkdv_tile(
         ds = tl.where(padded[:, None], 0.0, ds)  # masked scores pass no gradient
     dk += tl.dot(ds.to(q.dtype), q, input_precision=PRECISION, out_dtype=ACC)
     if BIAS_GRAD:
-        _add_diagonal_sums(ds, DBIAS, start_m - start_n, T, BLOCK_N, BLOCK_M, -1)
+        if FAR_TILE:
+            db_far += tl.sum(ds)
+        else:
+            _add_diagonal_sums(ds, DBIAS, start_m - start_n, LAST_B, BLOCK_N, BLOCK_M, -1)
     if C_GRAD:
-        _add_diagonal_sums(dw * p, DC, start_m - start_n, T, BLOCK_N, BLOCK_M, -1)
-    return dk, dv
+        if FAR_TILE:
+            dc_far += tl.sum(dw * p)
+        else:
+            _add_diagonal_sums(dw * p, DC, start_m - start_n, LAST_C, BLOCK_N, BLOCK_M, -1)
+    return dk, dv, db_far, dc_far
 
 
 @triton.jit
@@ -295,14 +361,14 @@ def _backward_dkdv_kernel(
     stride_vb, stride_vh, stride_vt, stride_vd,
     stride_dob, stride_doh, stride_dot, stride_dod,
     stride_bias_h, stride_c_h, stride_pad_b,
-    H, T, qk_scale, log2e, keep_threshold, keep_scale,
+    H, T, LAST_B, LAST_C, FAR, qk_scale, log2e, keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr,
+    BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr, FAR_BRANCH: tl.constexpr,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr, ACC: tl.constexpr, EXP2: tl.constexpr,
 ):
-    """One program: BLOCK_N keys of one (batch, head), streaming over the queries that see them (the first
-    key tiles, seen by the most queries, start first).
+    """One program: BLOCK_N keys of one (batch, head), streaming over the queries that see them (those on
+    the diagonal, then near ones, then far ones; the first key tiles, seen by the most queries, start first).
 
     Accumulates dK and dV in registers (and, when asked, adds the tiles' diagonal sums to the table
     gradients). dK, dV are laid out like K, V (same strides).
@@ -337,22 +403,57 @@ def _backward_dkdv_kernel(
     DBIAS += h * stride_bias_h
     DC += h * stride_c_h
     SLICE: tl.constexpr = 2 * max(BLOCK_M, BLOCK_N)
+    b_far, c_far = _far_values(BIAS, CTAB, LAST_B, LAST_C, log2e, HAS_BIAS, HAS_C, ACC)
+    db_far = tl.zeros([1, 1], ACC)  # the far tiles' gradients of b[LAST_B], c[LAST_C]
+    dc_far = tl.zeros([1, 1], ACC)
     dk = tl.zeros([BLOCK_N, BLOCK_D], ACC)
     dv = tl.zeros([BLOCK_N, BLOCK_D], ACC)
     lo = (start_n // BLOCK_M) * BLOCK_M  # the first query tile that sees a key of this tile
     above = tl.cdiv(start_n + BLOCK_N - 1, BLOCK_M) * BLOCK_M  # query tiles from here on see every key of it
+    # ... and from here on only at distances >= FAR (i - j >= FAR for every entry)
+    far = tl.maximum(tl.cdiv(start_n + BLOCK_N - 1 + FAR, BLOCK_M) * BLOCK_M, above)
     for start_m in range(lo, tl.minimum(above, T), BLOCK_M):
-        dk, dv = _dkdv_tile(
-            dk, dv, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols, offs_m, dims,
-            start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
-            T, D, qk_scale, log2e, keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT,
-            BIAS_GRAD, C_GRAD, True, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
-    for start_m in range(above, T, BLOCK_M):
-        dk, dv = _dkdv_tile(
-            dk, dv, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols, offs_m, dims,
-            start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
-            T, D, qk_scale, log2e, keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT,
-            BIAS_GRAD, C_GRAD, False, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
+        dk, dv, db_far, dc_far = _dkdv_tile(
+            dk, dv, db_far, dc_far, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
+            offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
+            T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale,
+            HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, True, False, BLOCK_M, BLOCK_N, SLICE,
+            PRECISION, ACC, EXP2)
+    if FAR_BRANCH:  # near and far tiles in one loop, by a uniform branch (fewer registers on some tiles)
+        for start_m in range(above, T, BLOCK_M):
+            if start_m < far:
+                dk, dv, db_far, dc_far = _dkdv_tile(
+                    dk, dv, db_far, dc_far, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
+                    offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
+                    T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale,
+                    HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False, False, BLOCK_M, BLOCK_N, SLICE,
+                    PRECISION, ACC, EXP2)
+            else:
+                dk, dv, db_far, dc_far = _dkdv_tile(
+                    dk, dv, db_far, dc_far, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
+                    offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
+                    T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale,
+                    HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False, True, BLOCK_M, BLOCK_N, SLICE,
+                    PRECISION, ACC, EXP2)
+    else:
+        for start_m in range(above, tl.minimum(far, T), BLOCK_M):
+            dk, dv, db_far, dc_far = _dkdv_tile(
+                dk, dv, db_far, dc_far, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
+                offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
+                T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale,
+                HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False, False, BLOCK_M, BLOCK_N, SLICE,
+                PRECISION, ACC, EXP2)
+        for start_m in range(far, T, BLOCK_M):
+            dk, dv, db_far, dc_far = _dkdv_tile(
+                dk, dv, db_far, dc_far, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
+                offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
+                T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale,
+                HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False, True, BLOCK_M, BLOCK_N, SLICE,
+                PRECISION, ACC, EXP2)
+    if BIAS_GRAD:
+        _add_far_sum(DBIAS, LAST_B, db_far)
+    if C_GRAD:
+        _add_far_sum(DC, LAST_C, dc_far)
     dk *= qk_scale / log2e  # scale
     tl.store(DK + k_offsets, dk.to(DK.dtype.element_ty), mask=col_mask)
     tl.store(DV + v_offsets, dv.to(DV.dtype.element_ty), mask=col_mask)
@@ -360,14 +461,16 @@ def _backward_dkdv_kernel(
 
 @triton.jit
 def _dq_tile(
-    dq, q, do, m, l, delta, K, V, BIAS, CTAB, PAD, DBIAS, DC, seed, rows, offs_n, dims, start_m, start_n, bh,
-    stride_kt, stride_kd, stride_vt, stride_vd, T, D: tl.constexpr, qk_scale, log2e, keep_threshold, keep_scale,
+    dq, db_far, dc_far, q, do, m, l, delta, K, V, BIAS, CTAB, PAD, DBIAS, DC, seed, rows, offs_n, dims, start_m,
+    start_n, bh, stride_kt, stride_kd, stride_vt, stride_vd, T, LAST_B, LAST_C, b_far, c_far, D: tl.constexpr,
+    qk_scale, log2e, keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr, CAUSAL_MASK: tl.constexpr,
+    BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr, CAUSAL_MASK: tl.constexpr, FAR_TILE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLICE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
     EXP2: tl.constexpr,
 ):
-    """One key tile of dQ (and, when asked, of the table gradients)."""
+    """One key tile of dQ (and, when asked, of the table gradients; a far tile adds them to the running
+    ``db_far``, ``dc_far``)."""
     cols = start_n + offs_n
     col_mask = (cols[:, None] < T) & (dims[None, :] < D)
     start = tl.cast(start_n, tl.int64)
@@ -375,7 +478,8 @@ def _dq_tile(
     v = tl.load(V + start * stride_vt + offs_n[:, None] * stride_vt + dims[None, :] * stride_vd, mask=col_mask, other=0.0)
     distance = rows[:, None] - cols[None, :]  # (BLOCK_M, BLOCK_N): i - j
     first = start_m - start_n - (BLOCK_N - 1)
-    s = _scores(q, k, BIAS, first, distance, T, qk_scale, log2e, HAS_BIAS, SLICE, BLOCK_M, BLOCK_N, PRECISION, ACC)
+    s = _scores(q, k, BIAS, first, distance, LAST_B, b_far, qk_scale, log2e, HAS_BIAS, FAR_TILE, SLICE, BLOCK_M,
+                BLOCK_N, PRECISION, ACC)
     if HAS_PAD:
         padded = tl.load(PAD + cols, mask=cols < T, other=1) != 0
         s = tl.where(padded[None, :], PAD_SCORE, s)
@@ -386,7 +490,10 @@ def _dq_tile(
     if HAS_DROPOUT:
         dw = dw * _dropout_scale(seed, bh, rows, start_n, keep_threshold, keep_scale, BLOCK_M, BLOCK_N)
     if HAS_C:
-        dp = dw * _table_tile(CTAB, first, distance, T, SLICE, BLOCK_M, BLOCK_N)
+        if FAR_TILE:
+            dp = dw * c_far
+        else:
+            dp = dw * _table_tile(CTAB, first, distance, LAST_C, SLICE, BLOCK_M, BLOCK_N)
     else:
         dp = dw
     ds = p * (dp - delta[:, None])
@@ -394,10 +501,16 @@ def _dq_tile(
         ds = tl.where(padded[None, :], 0.0, ds)  # masked scores pass no gradient
     dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION, out_dtype=ACC)
     if BIAS_GRAD:
-        _add_diagonal_sums(ds, DBIAS, start_m - start_n, T, BLOCK_M, BLOCK_N, 1)
+        if FAR_TILE:
+            db_far += tl.sum(ds)
+        else:
+            _add_diagonal_sums(ds, DBIAS, start_m - start_n, LAST_B, BLOCK_M, BLOCK_N, 1)
     if C_GRAD:
-        _add_diagonal_sums(dw * p, DC, start_m - start_n, T, BLOCK_M, BLOCK_N, 1)
-    return dq
+        if FAR_TILE:
+            dc_far += tl.sum(dw * p)
+        else:
+            _add_diagonal_sums(dw * p, DC, start_m - start_n, LAST_C, BLOCK_M, BLOCK_N, 1)
+    return dq, db_far, dc_far
 
 
 @triton.jit
@@ -408,7 +521,7 @@ def _backward_dq_kernel(
     stride_vb, stride_vh, stride_vt, stride_vd,
     stride_dob, stride_doh, stride_dot, stride_dod,
     stride_bias_h, stride_c_h, stride_pad_b,
-    H, T, qk_scale, log2e, keep_threshold, keep_scale,
+    H, T, LAST_B, LAST_C, FAR, qk_scale, log2e, keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -443,20 +556,33 @@ def _backward_dq_kernel(
     DBIAS += h * stride_bias_h
     DC += h * stride_c_h
     SLICE: tl.constexpr = 2 * max(BLOCK_M, BLOCK_N)
+    b_far, c_far = _far_values(BIAS, CTAB, LAST_B, LAST_C, log2e, HAS_BIAS, HAS_C, ACC)
+    db_far = tl.zeros([1, 1], ACC)  # the far tiles' gradients of b[LAST_B], c[LAST_C]
+    dc_far = tl.zeros([1, 1], ACC)
     dq = tl.zeros([BLOCK_M, BLOCK_D], ACC)
-    below = ((start_m + 1) // BLOCK_N) * BLOCK_N
-    for start_n in range(0, below, BLOCK_N):
-        dq = _dq_tile(
-            dq, q, do, m, l, delta, K, V, BIAS, CTAB, PAD, DBIAS, DC, seed, rows, offs_n, dims, start_m, start_n, bh,
-            stride_kt, stride_kd, stride_vt, stride_vd, T, D, qk_scale, log2e, keep_threshold, keep_scale,
-            HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False,
-            BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
+    far, below = _key_tile_ranges(start_m, FAR, BLOCK_N)
+    for start_n in range(0, far, BLOCK_N):
+        dq, db_far, dc_far = _dq_tile(
+            dq, db_far, dc_far, q, do, m, l, delta, K, V, BIAS, CTAB, PAD, DBIAS, DC, seed, rows, offs_n, dims,
+            start_m, start_n, bh, stride_kt, stride_kd, stride_vt, stride_vd, T, LAST_B, LAST_C, b_far, c_far, D,
+            qk_scale, log2e, keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD,
+            False, True, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
+    for start_n in range(far, below, BLOCK_N):
+        dq, db_far, dc_far = _dq_tile(
+            dq, db_far, dc_far, q, do, m, l, delta, K, V, BIAS, CTAB, PAD, DBIAS, DC, seed, rows, offs_n, dims,
+            start_m, start_n, bh, stride_kt, stride_kd, stride_vt, stride_vd, T, LAST_B, LAST_C, b_far, c_far, D,
+            qk_scale, log2e, keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD,
+            False, False, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
     for start_n in range(below, tl.minimum(start_m + BLOCK_M, T), BLOCK_N):
-        dq = _dq_tile(
-            dq, q, do, m, l, delta, K, V, BIAS, CTAB, PAD, DBIAS, DC, seed, rows, offs_n, dims, start_m, start_n, bh,
-            stride_kt, stride_kd, stride_vt, stride_vd, T, D, qk_scale, log2e, keep_threshold, keep_scale,
-            HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, True,
-            BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
+        dq, db_far, dc_far = _dq_tile(
+            dq, db_far, dc_far, q, do, m, l, delta, K, V, BIAS, CTAB, PAD, DBIAS, DC, seed, rows, offs_n, dims,
+            start_m, start_n, bh, stride_kt, stride_kd, stride_vt, stride_vd, T, LAST_B, LAST_C, b_far, c_far, D,
+            qk_scale, log2e, keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD,
+            True, False, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
+    if BIAS_GRAD:
+        _add_far_sum(DBIAS, LAST_B, db_far)
+    if C_GRAD:
+        _add_far_sum(DC, LAST_C, dc_far)
     dq *= qk_scale / log2e  # scale
     tl.store(DQ + q_offsets, dq.to(DQ.dtype.element_ty), mask=row_mask)
 
@@ -500,20 +626,21 @@ def _dropout_mask_kernel(SEED, Out, T, keep_threshold, keep_scale, BLOCK: tl.con
 # Tiles (BLOCK_M queries, BLOCK_N keys, warps, pipeline stages) of the three kernels per architecture
 # (sm_90: H100/H200; sm_80: A100, 163 KB of shared memory per block; sm_86: sm_86/87/89 and older, 99 KB),
 # kind of product (16-bit, TF32 or full float32) and head dim (<= 64 or wider). Chosen on a machine without
-# a GPU with python -m benchmarks.fused_kernel --compile-check (all tables, padding and dropout on, the most
-# registers): the largest tiles that ptxas compiles without register spills under both tested tritons
+# a GPU with python -m benchmarks.fused_kernel --compile-check (all tables and padding on, with and without
+# dropout): the largest tiles that ptxas compiles without register spills under both tested tritons
 # (3.7.1, 3.9.0), with wgmma on sm_90 wherever there are tensor cores to use. The dK/dV tile holds 32 to
-# 128 keys; its query step is 16 at head dim 128 (32 spills 72 bytes on sm_90). 16-bit is checked on every
-# architecture (sm_86: the sm_80 tiles, all under 99 KB, except a 32-key dK/dV tile at head dim 128, as 64
-# keys spill there); TF32 and float32 (not what training runs) on sm_90 only: TF32 at head dim 128
-# spills a little in dK/dV with any tile that keeps wgmma. Untimed: python -m benchmarks.fused_kernel
+# 128 keys; its query step is 16 at head dim 128 (32 spills on sm_90). "far_branch": dK/dV runs its near
+# and far tiles in one loop with a branch (on sm_90: two loops spill 8 bytes there, with dropout; one
+# loop spills on sm_80). 16-bit is checked on every architecture (sm_86 takes smaller dK/dV tiles than
+# sm_80's, which spill there); TF32 and float32 (not what training runs) on sm_90 only: TF32 at head dim
+# 128 spills a little in dK/dV with any tile that keeps wgmma. Untimed: python -m benchmarks.fused_kernel
 # --blocks tries others on a GPU.
 GPU_BLOCKS = {
-    ("sm_90", "16-bit", 64): dict(forward=(128, 64, 8, 2), dkdv=(32, 128, 8, 2), dq=(128, 32, 8, 2)),
-    ("sm_90", "16-bit", 128): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(64, 16, 4, 2)),
+    ("sm_90", "16-bit", 64): dict(forward=(128, 64, 8, 2), dkdv=(32, 128, 8, 2), dq=(64, 32, 4, 2), far_branch=True),
+    ("sm_90", "16-bit", 128): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(64, 16, 4, 2), far_branch=True),
     ("sm_80", "16-bit", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 128, 8, 2), dq=(128, 16, 8, 2)),
-    ("sm_80", "16-bit", 128): dict(forward=(64, 32, 4, 2), dkdv=(16, 64, 8, 2), dq=(16, 32, 4, 2)),
-    ("sm_86", "16-bit", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 128, 8, 2), dq=(128, 16, 8, 2)),
+    ("sm_80", "16-bit", 128): dict(forward=(64, 32, 4, 2), dkdv=(16, 32, 8, 2), dq=(16, 32, 4, 2)),
+    ("sm_86", "16-bit", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(128, 16, 8, 2)),
     ("sm_86", "16-bit", 128): dict(forward=(64, 32, 4, 2), dkdv=(16, 32, 8, 2), dq=(16, 32, 4, 2)),
     ("sm_90", "tf32", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(128, 32, 8, 2)),
     ("sm_90", "tf32", 128): dict(forward=(128, 32, 8, 2), dkdv=(32, 64, 8, 2), dq=(64, 16, 8, 2)),
@@ -594,7 +721,7 @@ def launch_forward(q, k, v, bias, ctab, pad, out, row_max, row_sum, scale: float
     """Run the forward kernel: ``out`` (laid out like ``q``), ``row_max`` (in base 2, except float64) and
     ``row_sum`` ``(B * H, T)``.
 
-    ``bias``, ``ctab`` ``(H, >= T)`` in the accumulator's dtype, ``pad`` ``(B, T)`` int8, or ``None``;
+    ``bias``, ``ctab`` ``(H, n)`` (module doc) in the accumulator's dtype, ``pad`` ``(B, T)`` int8, or ``None``;
     ``seed`` a one-element int64 tensor when ``dropout_p > 0``.
     """
     batch, heads, length, head_dim = q.shape
@@ -607,7 +734,7 @@ def launch_forward(q, k, v, bias, ctab, pad, out, row_max, row_sum, scale: float
         q, k, v, _or(bias, dummy), _or(ctab, dummy), _or(pad, dummy), _or(seed, dummy), out, row_max, row_sum,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
         _row_stride(bias), _row_stride(ctab), _row_stride(pad),
-        heads, length, scale * log2e, log2e, threshold, keep_scale,
+        heads, length, *table_reach(length, bias, ctab), scale * log2e, log2e, threshold, keep_scale,
         HAS_BIAS=bias is not None, HAS_C=ctab is not None, HAS_PAD=pad is not None, HAS_DROPOUT=dropout_p > 0,
         D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=_block_d(head_dim),
         PRECISION=_precision(q.dtype), ACC=acc_tl, EXP2=exp2, num_warps=warps, num_stages=stages,
@@ -642,7 +769,7 @@ def launch_backward(q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta,
     common = (
         *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(),
         _row_stride(bias), _row_stride(ctab), _row_stride(pad),
-        heads, length, scale * log2e, log2e, threshold, keep_scale,
+        heads, length, *table_reach(length, bias, ctab), scale * log2e, log2e, threshold, keep_scale,
     )
     flags = dict(HAS_BIAS=bias is not None, HAS_C=ctab is not None, HAS_PAD=pad is not None,
                  HAS_DROPOUT=dropout_p > 0, D=head_dim, BLOCK_D=_block_d(head_dim), PRECISION=_precision(q.dtype),
@@ -654,7 +781,7 @@ def launch_backward(q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta,
     block_m, block_n, warps, stages = _tiles(cfg, "dkdv")
     _backward_dkdv_kernel[(triton.cdiv(length, block_n), batch * heads)](
         *inputs, dk, dv, _or(d_bias, dummy), _or(d_c, dummy), *common,
-        BIAS_GRAD=bias_grad and not in_dq, C_GRAD=c_grad and not in_dq,
+        BIAS_GRAD=bias_grad and not in_dq, C_GRAD=c_grad and not in_dq, FAR_BRANCH=cfg.get("far_branch", False),
         BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, **flags,
     )
     block_m, block_n, warps, stages = _tiles(cfg, "dq")
@@ -663,6 +790,30 @@ def launch_backward(q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta,
         BIAS_GRAD=bias_grad and in_dq, C_GRAD=c_grad and in_dq,
         BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, **flags,
     )
+
+
+def table_reach(length: int, bias=None, ctab=None):
+    """``(LAST_B, LAST_C, FAR)`` of a call: each table's last entry read, ``min(n, T) - 1`` for an ``(H, n)``
+    table (distances past it read it), and the distance from which both are constant, so that key tiles
+    wholly at or past it are far tiles (``T`` without tables: no far tiles)."""
+    last = [min(t.size(1), length) - 1 if t is not None else 0 for t in (bias, ctab)]
+    present = [n for n, t in zip(last, (bias, ctab)) if t is not None]
+    return last[0], last[1], max(present) if present else length
+
+
+def far_tiles(kernel: str, length: int, far: int, block_m: int, block_n: int) -> int:
+    """How many (query tile, key tile) pairs of one (batch, head) ``kernel`` ("forward", "dq" or "dkdv")
+    runs as far tiles at ``FAR = far``, with tiles of ``block_m`` queries and ``block_n`` keys: the
+    kernels' own loop bounds (forward and dQ: key tiles before ``max(start_m - FAR + 1, 0) // BLOCK_N``
+    tiles; dK/dV: query tiles from ``ceil((start_n + BLOCK_N - 1 + FAR) / BLOCK_M)`` on)."""
+    if kernel in ("forward", "dq"):
+        return sum(max(start_m - far + 1, 0) // block_n for start_m in range(0, length, block_m))
+    total = 0
+    for start_n in range(0, length, block_n):
+        above = -(-(start_n + block_n - 1) // block_m) * block_m
+        first = max(-(-(start_n + block_n - 1 + far) // block_m) * block_m, above)
+        total += max(0, -(-(length - first) // block_m))
+    return total
 
 
 def _or(x, default):
@@ -750,7 +901,7 @@ class FusedCausalURPEAttention(torch.autograd.Function):
         delta = torch.empty_like(row_max)  # (B * H, T): D_i
         launch_delta(out, grad_out, delta)
         dq, dk, dv = _like(q), _like(k), _like(v)
-        d_bias = torch.zeros_like(bias) if bias is not None and ctx.needs_input_grad[3] else None  # (H, >= T)
+        d_bias = torch.zeros_like(bias) if bias is not None and ctx.needs_input_grad[3] else None  # (H, n)
         d_c = torch.zeros_like(ctab) if ctab is not None and ctx.needs_input_grad[4] else None
         launch_backward(q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta, dq, dk, dv, d_bias, d_c,
                         ctx.scale, ctx.cfg, ctx.dropout_p, seed)
@@ -780,8 +931,10 @@ def fused_causal_urpe_attention(
     Args:
         q, k, v: ``(B, H, T, d)``, float16, bfloat16 or float32 (float64 under Triton's interpreter),
             any strides; ``d <= 128``.
-        bias_by_distance: ``(H, >= T)``: ``B_ij = bias_by_distance[h, i - j]``, or ``None``.
-        c_by_distance: ``(H, >= T)``: ``C_ij = c_by_distance[h, i - j]``, or ``None`` (``C = 1``).
+        bias_by_distance: ``(H, n)``, ``n >= 1``: ``B_ij = bias_by_distance[h, min(i - j, n - 1)]`` (the
+            last entry holds for every distance past it), or ``None``. Pass a table that is constant from
+            some distance on only up to there: the tiles past it run without table reads.
+        c_by_distance: ``(H, n)``: ``C_ij = c_by_distance[h, min(i - j, n - 1)]``, or ``None`` (``C = 1``).
         key_padding_mask: ``(B, T)`` bool, true at padded keys, or ``None``.
         scale: multiplies ``Q K^T``; default ``1 / sqrt(d)``.
         dropout_p: attention dropout on ``A ⊙ C``, at ``p`` rounded to a multiple of 1/256, kept entries
@@ -802,8 +955,8 @@ def fused_causal_urpe_attention(
     if head_dim > MAX_HEAD_DIM:
         raise ValueError(f"head dim {head_dim} exceeds the kernel's maximum of {MAX_HEAD_DIM}")
     for name, table in (("bias_by_distance", bias_by_distance), ("c_by_distance", c_by_distance)):
-        if table is not None and (table.dim() != 2 or table.size(0) != heads or table.size(1) < length):
-            raise ValueError(f"{name} must be (H={heads}, >= T={length}); got {tuple(table.shape)}")
+        if table is not None and (table.dim() != 2 or table.size(0) != heads or table.size(1) < 1):
+            raise ValueError(f"{name} must be (H={heads}, n >= 1); got {tuple(table.shape)}")
     if key_padding_mask is not None and tuple(key_padding_mask.shape) != (batch, length):
         raise ValueError(f"key_padding_mask must be (B={batch}, T={length}); got {tuple(key_padding_mask.shape)}")
     if batch * heads > 65535:

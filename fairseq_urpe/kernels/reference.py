@@ -1,7 +1,9 @@
 """Plain PyTorch reference of the fused kernel's math, with the ``T x T`` matrices written out.
 
     S = scale Q K^T + B (+ padded keys at the dtype's lowest value, future keys at -inf)
-    O = (softmax(S) ⊙ C ⊙ Z) V      B_ij = bias_by_distance[h, i - j],  C_ij = c_by_distance[h, i - j]
+    O = (softmax(S) ⊙ C ⊙ Z) V      B_ij = bias_by_distance[h, min(i - j, n - 1)],  C likewise
+
+An ``(H, n)`` table's last entry holds for every distance past it.
 
 ``Z`` is a given attention-dropout mask (0 where dropped, ``1 / (1 - p)`` where kept), or 1.
 
@@ -35,13 +37,13 @@ def causal_urpe_attention_reference(
     distance = positions[:, None] - positions[None, :]  # (T, T): i - j
     index = distance.clamp(min=0)  # future keys read entry 0; the causal mask removes them
     if bias_by_distance is not None:
-        scores = scores + bias_by_distance.to(dtype)[:, index]  # (H, T, T)
+        scores = scores + bias_by_distance.to(dtype)[:, index.clamp(max=bias_by_distance.size(1) - 1)]  # (H, T, T)
     if key_padding_mask is not None:
         scores = scores.masked_fill(key_padding_mask.to(torch.bool)[:, None, None, :], torch.finfo(dtype).min)
     scores = scores.masked_fill(distance < 0, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
     if c_by_distance is not None:
-        weights = weights * c_by_distance.to(dtype)[:, index]
+        weights = weights * c_by_distance.to(dtype)[:, index.clamp(max=c_by_distance.size(1) - 1)]
     if dropout_mask is not None:
         weights = weights * dropout_mask.to(dtype)
     return torch.matmul(weights.to(v.dtype), v)  # (B, H, T, d)

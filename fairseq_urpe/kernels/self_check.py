@@ -4,8 +4,9 @@ One check per configuration the kernel is compiled for (:class:`KernelConfig`: d
 which tables, padding, dropout, TF32 for float32), on inputs of that configuration laid out as the
 attention module passes them: ``B = 2, H = 2``, q, k, v and the upstream gradient views of ``(T, B, H d)``
 tensors (fairseq's layout, permuted to ``(B, H, T, d)``), q scaled by ``1 / sqrt(d)`` beforehand and the
-kernel's scale 1; at two lengths (:func:`check_lengths`): a multiple of 128 (Triton compiles lengths
-divisible by 16 separately) and an odd one spanning several tiles (64 and 45 under the interpreter). The output and every gradient (q, k, v, both tables)
+kernel's scale 1, tables of ``T // 4`` and ``T // 5`` entries (so that far and near tiles both run); at two
+lengths (:func:`check_lengths`): a multiple of 128 (Triton compiles lengths divisible by 16 separately)
+and an odd one spanning several tiles (64 and 45 under the interpreter). The output and every gradient (q, k, v, both tables)
 against :func:`~fairseq_urpe.kernels.reference.causal_urpe_attention_reference` computed in at least
 float32 from the same inputs (and, with dropout, the kernel's own mask). Error: ``max |fused - ref| /
 max |ref|`` per tensor (:func:`relative_error`); the report names every tensor over the tolerance and the
@@ -110,8 +111,10 @@ def _kernel_errors(config: KernelConfig, length: Optional[int], batch: int, head
     q = caller_layout(randn(length, batch, heads * d) / math.sqrt(d)).detach().requires_grad_()
     k, v = (caller_layout(randn(length, batch, heads * d)).detach().requires_grad_() for _ in range(2))
     wide = torch.promote_types(config.dtype, torch.float32)  # the tables' and the reference's dtype
-    bias = randn(heads, length).to(device, wide).requires_grad_() if config.bias else None
-    c = (randn(heads, length).abs() + 0.5).to(device, wide).requires_grad_() if config.toeplitz else None
+    # tables shorter than T, as the module passes T5's and clipped ones: far tiles (past both tables' ends)
+    # and near ones reading each table's last entry past its end, at different distances for b and c
+    bias = randn(heads, max(1, length // 4)).to(device, wide).requires_grad_() if config.bias else None
+    c = (randn(heads, max(1, length // 5)).abs() + 0.5).to(device, wide).requires_grad_() if config.toeplitz else None
     pad = None
     if config.padding:
         pad = torch.zeros(batch, length, dtype=torch.bool)

@@ -31,6 +31,8 @@ class PositionTables:
         rotation  ((T, d), (T, d)) or None cos and sin of the angles of positions S-T .. S-1, for
                                            :func:`rotate` of the queries and the new keys
         index     (T, S) long              entry of the distance i - j: ``bias[:, index]`` is B (H, T, S)
+        bias_constant_from, reweight_constant_from   int or None: the distance from which ``b`` (``c``)
+                  is constant (the module's ``constant_from``)
     """
 
     tgt_len: int
@@ -39,10 +41,21 @@ class PositionTables:
     bias: Optional[Tensor] = None
     reweight: Optional[Tensor] = None
     rotation: Optional[Tuple[Tensor, Tensor]] = None
+    bias_constant_from: Optional[int] = None
+    reweight_constant_from: Optional[int] = None
 
-    def causal(self, table: Optional[Tensor]) -> Optional[Tensor]:
-        """``table`` at distances ``0 .. S - 1`` only, ``(H, S)``: what a causal kernel reads."""
-        return None if table is None else table[:, self.tgt_len - 1 :]
+    def causal(self, table: Optional[Tensor], constant_from: Optional[int] = None) -> Optional[Tensor]:
+        """``table`` at distances ``0 .. S - 1`` only, ``(H, S)``; with ``constant_from``, only up to that
+        distance, ``(H, min(S, constant_from + 1))``, its last entry standing for every distance past it."""
+        if table is None:
+            return None
+        end = self.tgt_len - 1 + (self.src_len if constant_from is None else min(self.src_len, constant_from + 1))
+        return table[:, self.tgt_len - 1 : end]
+
+    def kernel_tables(self) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+        """``(b, c)`` as the causal kernel reads them: each at distances ``0 ..`` up to where it turns
+        constant (its last entry for every distance past it), so the kernel's far tiles skip table reads."""
+        return self.causal(self.bias, self.bias_constant_from), self.causal(self.reweight, self.reweight_constant_from)
 
 
 class RelativePositionFunction(nn.Module):
@@ -59,6 +72,12 @@ class RelativePositionFunction(nn.Module):
 
     def by_distance(self, distance: Tensor) -> Tensor:
         raise NotImplementedError
+
+    @property
+    def constant_from(self) -> Optional[int]:
+        """The causal distance ``k0`` with ``f_h(k) = f_h(k0)`` for every ``k >= k0`` (``None``: no such
+        distance). The fused kernel reads the table only up to it."""
+        return None
 
 
 def rotate(x: Tensor, rotation: Tuple[Tensor, Tensor]) -> Tensor:
@@ -151,4 +170,6 @@ class PositionModules:
             bias=self.position_bias.by_distance(distances) if self.position_bias is not None else None,
             reweight=self.toeplitz.by_distance(distances) if self.toeplitz is not None else None,
             rotation=self.rotary.rotation(positions[src_len - tgt_len :], dtype) if self.rotary is not None else None,
+            bias_constant_from=self.position_bias.constant_from if self.position_bias is not None else None,
+            reweight_constant_from=self.toeplitz.constant_from if self.toeplitz is not None else None,
         )

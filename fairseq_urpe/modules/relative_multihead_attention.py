@@ -150,8 +150,8 @@ class RelativeMultiheadAttention(MultiheadAttention):
         if use_fused_attention(self.attention_impl, v, attn_mask, incremental_state is not None, need_weights,
                                dropout_p, self.dot_product, padding=key_padding_mask is not None,
                                tables=(tables.bias is not None, tables.reweight is not None)):
-            out = fused_relative_attention(q, k, v, tables.causal(tables.bias), tables.causal(tables.reweight),
-                                           key_padding_mask, dropout_p=dropout_p, impl=self.attention_impl)
+            out = fused_relative_attention(q, k, v, *tables.kernel_tables(), key_padding_mask, dropout_p=dropout_p,
+                                           impl=self.attention_impl)
             if out is not None:  # None: auto, and this launch signature failed its first launch (dense below)
                 return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None  # out (B, H, T, d)
 

@@ -76,11 +76,21 @@ def test_future_mask_check_accepts_only_fairseqs_causal_mask_and_notices_in_plac
     assert not is_future_mask(buffer[:7, :7], 7)
 
 
+class Calls(list):
+    """The calls of a spied function; ``tables``: the (bias, c) tables each call passed."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables = []
+
+
 def spy(fn, calls):
     """``fn`` that also appends to ``calls`` each time it runs."""
 
     def wrapped(*args, **kwargs):
         calls.append(1)
+        if isinstance(calls, Calls):
+            calls.tables.append(args[3:5])
         return fn(*args, **kwargs)
 
     return wrapped
@@ -89,7 +99,7 @@ def spy(fn, calls):
 @pytest.fixture
 def fused_calls(monkeypatch):
     """Calls of the fused path from the attention module, counted."""
-    calls = []
+    calls = Calls()
     monkeypatch.setattr("fairseq_urpe.modules.relative_multihead_attention.fused_relative_attention",
                         spy(dispatch.fused_relative_attention, calls))
     return calls
@@ -97,7 +107,7 @@ def fused_calls(monkeypatch):
 
 @pytest.mark.parametrize("kind", ["rpe", "urpe_bucketed", "urpe_unique"])
 def test_attention_module_fused_equals_dense_forward_and_backward(kind, fused_calls):
-    length, batch = 23, 2  # 23 > max_distance 10: clamped and log buckets
+    length, batch = 50, 2  # > max_distance 10: clamped and log buckets, and far tiles in every kernel
     fused, dense = make_attention(kind, seed=length), make_attention(kind, seed=length)
     fused.attention_impl, dense.attention_impl = "fused", "dense"
     x = torch.randn(length, batch, EMBED, dtype=torch.float64, requires_grad=True)
@@ -112,6 +122,7 @@ def test_attention_module_fused_equals_dense_forward_and_backward(kind, fused_ca
         outs.append(out)
         grads.append(torch.autograd.grad(out, [x] + list(attn.parameters()), upstream))
     assert len(fused_calls) == 1  # the fused module used the kernel, the dense one did not
+    assert fused_calls.tables[0][0].size(1) == fused.positions.position_bias.constant_from + 1 <= 11  # cut short
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-10, atol=1e-10)
     names = ["x"] + [n for n, _ in fused.named_parameters()]
     for name, got, want in zip(names, *grads):

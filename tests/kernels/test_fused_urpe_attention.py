@@ -126,7 +126,9 @@ def test_refuses_inputs_it_cannot_compute():
     with pytest.raises(ValueError, match="bias_by_distance must be"):
         fused_causal_urpe_attention(q, q, q, torch.zeros(3, 8))
     with pytest.raises(ValueError, match="c_by_distance must be"):
-        fused_causal_urpe_attention(q, q, q, None, torch.ones(2, 7))
+        fused_causal_urpe_attention(q, q, q, None, torch.ones(2, 0))  # shorter tables are fine; empty ones not
+    with pytest.raises(ValueError, match="c_by_distance must be"):
+        fused_causal_urpe_attention(q, q, q, None, torch.ones(2))
     with pytest.raises(ValueError, match="key_padding_mask must be"):
         fused_causal_urpe_attention(q, q, q, key_padding_mask=torch.zeros(2, 8, dtype=torch.bool))
     with pytest.raises(ValueError, match="head dim 256"):

@@ -1,7 +1,8 @@
 """The kernels compile for Hopper (sm_90: H100/H200), the A100 (sm_80) and the 99 KB class (sm_86/89) on a
 machine without a GPU, with the tiles the kernel picks for each, without register spills and within the
-architecture's shared memory. With attention dropout, all tables and padding on: the variant with the
-most registers. ``scripts/test.sh`` runs this under both tested tritons (3.7.1 and 3.9.0).
+architecture's shared memory. With attention dropout and all tables, with key padding (the variant with
+the most registers) and on sm_90 without (what a language model trains with). ``scripts/test.sh`` runs
+this under both tested tritons (3.7.1 and 3.9.0).
 
 The interpreter runs the kernels' arithmetic but not Triton's compiler, which rejects things the
 interpreter accepts (a plain Python global in a kernel, say). Triton's wheel bundles ptxas, so the
@@ -25,8 +26,10 @@ import pytest
 pytest.importorskip("triton")
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# (capability, head dim): GPT-2 small's heads and the _wiki103 archs', with attention dropout.
-CONFIGS = [(90, 64), (90, 128), (80, 64), (80, 128), (86, 128)]
+# (capability, head dim, key padding): GPT-2 small's heads and the _wiki103 archs', with attention dropout;
+# without padding too on sm_90 (a language model's training batches: another compile, other registers).
+CONFIGS = [(90, 64, True), (90, 128, True), (80, 64, True), (80, 128, True), (86, 128, True), (90, 64, False),
+           (90, 128, False)]
 SHARED_MEMORY = {90: 227 * 1024, 80: 163 * 1024, 86: 99 * 1024}  # bytes per block
 
 
@@ -35,7 +38,7 @@ def compile_in_a_clean_process(cache_dir, configs):
     env["TRITON_CACHE_DIR"] = str(cache_dir)
     code = (
         "import json, sys; from benchmarks.fused_kernel import compile_kernels; "
-        f"print(json.dumps([compile_kernels(c, 'bf16', d, report=False, dropout=True) for c, d in {configs!r}]))"
+        f"print(json.dumps([compile_kernels(c, 'bf16', d, report=False, dropout=True, padding=p) for c, d, p in {configs!r}]))"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -45,10 +48,11 @@ def compile_in_a_clean_process(cache_dir, configs):
 def test_kernels_compile_for_sm90_sm80_sm86_without_register_spills(tmp_path):
     import triton
 
-    for (capability, head_dim), results in zip(CONFIGS, compile_in_a_clean_process(tmp_path, CONFIGS)):
+    for (capability, head_dim, padding), results in zip(CONFIGS, compile_in_a_clean_process(tmp_path, CONFIGS)):
         assert set(results) == {"forward", "dkdv", "dq"}
         for name, usage in results.items():
-            config = f"sm_{capability} {name}, head dim {head_dim}, dropout, triton {triton.__version__}"
+            config = (f"sm_{capability} {name}, head dim {head_dim}, dropout{', padding' if padding else ''}, "
+                      f"triton {triton.__version__}")
             assert usage["shared_bytes"] <= SHARED_MEMORY[capability], config
             assert usage["spill_bytes"] == 0, f"{config} spills registers with the default tiles"
             if capability == 90:

@@ -45,3 +45,36 @@ def test_one_forward_shares_tables_per_call_shape_and_grad_mode_and_only_inside(
         thread.join()
         assert seen[0] is not first  # another thread is another forward
     assert make() is not first
+
+
+def constant_from_by_scan(module, reach=400):
+    """The first causal distance from which ``module.by_distance`` no longer changes, found by looking."""
+    values = module.by_distance(torch.arange(reach))  # (H, reach)
+    changes = (values[:, 1:] != values[:, :-1]).any(0).nonzero()
+    return int(changes[-1]) + 1 if len(changes) else 0
+
+
+def test_constant_from_is_where_each_table_stops_changing_and_none_for_lines_and_logs():
+    from fairseq_urpe.modules import ALiBiBias, LearnedDistanceBias
+
+    torch.manual_seed(1)
+    tables = [T5RelativeBias(2, 8, 10), T5RelativeBias(2, 32, 128), T5RelativeBias(2, 6, 40, bidirectional=True),
+              ToeplitzReweighting(2, "bucketed", 16, 50), ToeplitzReweighting(2, "unique", max_distance=6),
+              LearnedDistanceBias(2, max_distance=12)]
+    for table in tables:
+        torch.nn.init.normal_(table.weight)  # every entry different
+        assert table.constant_from == constant_from_by_scan(table), table
+    assert T5RelativeBias(2, 32, 128).constant_from <= 128
+    assert ALiBiBias(2).constant_from is None and LogBias(2).constant_from is None
+
+
+def test_kernel_tables_stop_where_the_tables_turn_constant():
+    positions = modules()  # b: T5 buckets (8, max 10), c: one entry per distance up to 6
+    tables = positions.tables(30, 30, torch.device("cpu"), torch.float32)
+    b, c = tables.kernel_tables()
+    assert b.shape == (3, positions.position_bias.constant_from + 1) and c.shape == (3, 7)
+    for short, full in ((b, tables.causal(tables.bias)), (c, tables.causal(tables.reweight))):
+        last = short.size(1) - 1
+        assert torch.equal(full[:, : last + 1], short) and torch.equal(full[:, last:], short[:, last:].expand(-1, 30 - last))
+    few = positions.tables(4, 4, torch.device("cpu"), torch.float32).kernel_tables()  # shorter than the tables
+    assert [t.size(1) for t in few] == [4, 4]

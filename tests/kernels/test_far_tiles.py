@@ -1,0 +1,141 @@
+"""Tables shorter than the sequence: near tiles read each table's last entry past its end, and far tiles
+(wholly past both tables' ends) read one scalar per table and add one sum per table to its gradient.
+
+Forward and every gradient against a dense expansion written here (``B_ij = b[min(i - j, n - 1)]``), in
+float64 under Triton's interpreter, at lengths several tiles past the tables' ends.
+"""
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from fairseq_urpe.kernels import fused_urpe_attention as kernel  # noqa: E402
+from fairseq_urpe.kernels.fused_urpe_attention import (  # noqa: E402
+    INTERPRETER_BLOCKS,
+    attention_dropout_mask,
+    far_tiles,
+    fused_causal_urpe_attention,
+    table_reach,
+)
+
+
+def dense(q, k, v, b, c, padding, scale, dropout_mask=None):
+    """softmax(scale q k^T + B) ⊙ C ⊙ Z, then V, with every T x T matrix written out."""
+    length = q.size(2)
+    i = torch.arange(length)
+    distance = i[:, None] - i[None, :]
+    scores = scale * q @ k.transpose(2, 3)
+    if b is not None:
+        scores = scores + b[:, distance.clamp(0, b.size(1) - 1)]
+    if padding is not None:
+        scores = scores.masked_fill(padding[:, None, None, :], torch.finfo(scores.dtype).min)
+    weights = scores.masked_fill(distance < 0, float("-inf")).softmax(-1)
+    if c is not None:
+        weights = weights * c[:, distance.clamp(0, c.size(1) - 1)]
+    if dropout_mask is not None:
+        weights = weights * dropout_mask
+    return weights @ v
+
+
+def check(length, n_bias, n_c, blocks=None, padding=False, dropout_p=0.0, seed=0, head_dim=16):
+    torch.manual_seed(seed)
+    batch, heads = 2, 2
+    q, k, v = (torch.randn(batch, heads, length, head_dim, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    b = torch.randn(heads, n_bias, dtype=torch.float64, requires_grad=True) if n_bias else None
+    c = torch.empty(heads, n_c, dtype=torch.float64).uniform_(-0.5, 2.0).requires_grad_() if n_c else None
+    pad = None
+    if padding:
+        pad = torch.zeros(batch, length, dtype=torch.bool)
+        pad[0, -4:] = True
+        pad[1, :3] = True
+    seed_tensor = torch.tensor([7], dtype=torch.int64) if dropout_p else None
+    out = fused_causal_urpe_attention(q, k, v, b, c, pad, scale=0.25, dropout_p=dropout_p,
+                                      dropout_seed=seed_tensor, blocks=blocks)
+    mask = attention_dropout_mask(seed_tensor, batch, heads, length, dropout_p).double() if dropout_p else None
+    want = dense(q, k, v, b, c, pad, 0.25, mask)
+    torch.testing.assert_close(out, want, rtol=1e-10, atol=1e-11)
+    leaves = [("q", q), ("k", k), ("v", v), ("b", b), ("c", c)]
+    leaves = [(name, x) for name, x in leaves if x is not None]
+    upstream = torch.randn_like(out)
+    got = torch.autograd.grad(out, [x for _, x in leaves], upstream)
+    expected = torch.autograd.grad(want, [x for _, x in leaves], upstream)
+    for (name, _), g, e in zip(leaves, got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-11, msg=lambda m: f"gradient of {name}: {m}")
+    return b, c
+
+
+def tiles_of(length, n_bias, n_c, blocks=None):
+    """Far tiles per kernel for this call (the test's own count of what the kernels loop over)."""
+    cfg = dict(INTERPRETER_BLOCKS, **(blocks or {}))
+    _, _, far = table_reach(length, *(torch.zeros(1, n) if n else None for n in (n_bias, n_c)))
+    return {name: far_tiles(name, length, far, *cfg[name][:2]) for name in ("forward", "dkdv", "dq")}
+
+
+CASES = [  # (length, bias entries, c entries, blocks)
+    (77, 20, 33, None),
+    (133, 9, 1, None),  # c a single entry: every distance reads it
+    (96, 17, 17, dict(table_grads="dkdv")),  # table gradients in the dK/dV kernel, far sums there
+    (90, 33, 12, dict(table_grads="dkdv", dkdv=(32, 16, 1), dq=(16, 32, 1), forward=(32, 16, 1))),
+    (96, 20, 9, dict(table_grads="dkdv", far_branch=True)),  # dK/dV's near and far tiles in one loop
+]
+
+
+@pytest.mark.parametrize("length,n_bias,n_c,blocks", CASES)
+def test_far_and_near_tiles_match_the_dense_expansion(length, n_bias, n_c, blocks):
+    counts = tiles_of(length, n_bias, n_c, blocks)
+    assert all(n > 0 for n in counts.values()), counts  # every kernel runs far tiles here
+    check(length, n_bias, n_c, blocks)
+
+
+@pytest.mark.parametrize("n_bias,n_c", [(21, 0), (0, 21)], ids=["bias_only", "toeplitz_only"])
+def test_one_table_alone(n_bias, n_c):
+    assert tiles_of(80, n_bias, n_c)["dq"] > 0
+    check(80, n_bias, n_c, seed=1)
+
+
+def test_far_tiles_with_padding_and_dropout():
+    check(70, 18, 25, padding=True, dropout_p=0.25, seed=2)
+
+
+def test_tables_longer_than_the_sequence_read_only_their_first_t_entries():
+    b, c = check(40, 64, 50, seed=3)
+    assert table_reach(40, b, c) == (39, 39, 39)  # no far tiles: the last distance is 39
+
+
+def test_far_tile_counts_match_an_enumeration_of_the_tiles():
+    """``far_tiles`` against every (query tile, key tile) pair tested one by one."""
+    for length, far, block_m, block_n in [(2048, 127, 128, 64), (77, 19, 16, 16), (90, 32, 32, 16), (50, 60, 16, 32)]:
+        pairs = [(m, n) for m in range(0, length, block_m) for n in range(0, length, block_n)]
+        wholly_far = sum(1 for m, n in pairs if m - (n + block_n - 1) >= far)
+        for name in ("forward", "dq"):
+            assert far_tiles(name, length, far, block_m, block_n) == wholly_far
+        assert far_tiles("dkdv", length, far, block_m, block_n) == wholly_far
+
+
+def test_far_tiles_are_most_tiles_at_2048_with_128_entries():
+    """The case the path is for: 128-entry tables at T = 2048 with the sm_90 tiles. 88% of the causal
+    entries lie at distances >= 127; whole tiles past it are 77% (tiles of 128 x 64 or 32 x 128
+    entries) to 82% (64 x 32, 16 x 64)."""
+    for head_dim in (64, 128):
+        for name in ("forward", "dkdv", "dq"):
+            block_m, block_n = kernel.GPU_BLOCKS["sm_90", "16-bit", head_dim][name][:2]
+            causal = sum(1 for m in range(0, 2048, block_m) for n in range(0, 2048, block_n) if n <= m + block_m - 1)
+            assert 0.77 < far_tiles(name, 2048, 127, block_m, block_n) / causal < 0.83, (head_dim, name)
+
+
+def test_the_performance_model_prices_far_near_and_diagonal_tiles_by_their_own_loops():
+    from benchmarks.gpu_check.prediction import MODEL_FAR, iterations, kernel_cycles
+    from fairseq_urpe.modules import T5RelativeBias, ToeplitzReweighting
+
+    # the default transformer_lm_urpe: T5 buckets (32, up to 128) for b, and C on the same buckets
+    assert MODEL_FAR == T5RelativeBias(1, 32, 128).constant_from == ToeplitzReweighting(1, "bucketed", 32, 128).constant_from
+    loops = [{"instructions": n} for n in (400, 800, 1200)]  # in PTX order
+    for name, roles in (("dq", ("far", "near", "on")), ("dkdv", ("on", "near", "far"))):
+        block_m, block_n, warps = 64, 32, 4  # issue-bound at these counts: cycles = warps x instructions / 4
+        cost = {role: warps * loop["instructions"] / 4 for role, loop in zip(roles, loops)}
+        below, on = iterations(name, block_m, block_n)
+        far = far_tiles(name, 2048, MODEL_FAR, block_m, block_n)
+        assert 0 < far < below
+        want = far * cost["far"] + (below - far) * cost["near"] + on * cost["on"]
+        assert kernel_cycles(name, {"tiles": (block_m, block_n, warps), "loops": loops}, MODEL_FAR) == want
