@@ -8,8 +8,11 @@
 #                     only it over .venv's packages (default: triton==3.7.1, the one torch 2.13.0's CUDA
 #                     build pins; empty: skip)
 #   SECOND_VENV       where that overlay lives (default: .venv-triton371)
+#   TEST_WORKERS      pytest processes (pytest-xdist; default: auto, one per core; 0: none). Each test
+#                     file runs whole in one process (its module fixtures built once); torch runs one
+#                     thread per process unless OMP_NUM_THREADS says otherwise.
 set -euo pipefail
-if [ "${1:-}" = "--help" ]; then sed -n '2,10p' "$0"; exit 0; fi
+if [ "${1:-}" = "--help" ]; then sed -n '2,13p' "$0"; exit 0; fi
 cd "$(dirname "$0")/.."
 VENV=$(bash scripts/env.sh)
 SECOND_TRITON=${SECOND_TRITON-triton==3.7.1}
@@ -20,7 +23,10 @@ if [ -z "${TRITON_CACHE_DIR:-}" ]; then
 fi
 export TRITON_CACHE_DIR
 echo "== TRITON_CACHE_DIR=$TRITON_CACHE_DIR SECOND_TRITON=$SECOND_TRITON SECOND_VENV=$SECOND_VENV" >&2
-"$VENV/bin/python" -m pytest "$@"
+WORKERS=(-n "${TEST_WORKERS:-auto}" --dist loadfile)
+if [ "${TEST_WORKERS:-auto}" = 0 ]; then WORKERS=(-p no:xdist); fi
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+"$VENV/bin/python" -m pytest "${WORKERS[@]}" "$@"
 if [ $# -gt 0 ] || [ -z "$SECOND_TRITON" ]; then exit 0; fi
 
 # The overlay: a venv with only $SECOND_TRITON, which sees .venv's packages after its own (a .pth file).
@@ -35,4 +41,4 @@ if ! "$SECOND_VENV/bin/python" -c "import sys, triton; sys.exit(triton.__version
 fi
 TRITON_CACHE_DIR=$(mktemp -d -p "$TRITON_CACHE_DIR")  # empty again: nothing compiled by the first run
 echo "== kernel tests under $("$SECOND_VENV/bin/python" -c 'import triton; print("triton", triton.__version__)')" >&2
-TRITON_CACHE_DIR=$TRITON_CACHE_DIR "$SECOND_VENV/bin/python" -m pytest tests/kernels -p no:cacheprovider
+TRITON_CACHE_DIR=$TRITON_CACHE_DIR "$SECOND_VENV/bin/python" -m pytest "${WORKERS[@]}" tests/kernels -p no:cacheprovider

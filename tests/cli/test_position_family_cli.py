@@ -1,8 +1,10 @@
-"""Every bias kind (t5, alibi, log, learned, none) x {RPE, URPE} x {dot product, dot-product-free}, and
-RoPE x {RPE, URPE} (it needs the dot product), trains a few updates with the real ``fairseq-train`` and is scored by the real ``fairseq-eval-lm`` at
-3x its training length. The ``ape`` variants (kind none plus fairseq's absolute embeddings, bounded
-at their table) are built and decoded in tests/models; stock absolute positions run end to end in
-test_train.py; command lines from lm_runs.py."""
+"""Through the real ``fairseq-train`` and ``fairseq-eval-lm``, one variant per position kind (t5, alibi,
+log, learned, none, RoPE), with and without URPE's ``C``, and dot-product-free for two kinds: each trains a
+few updates and is scored at 3x its training length. Every one of the family's archs is built through
+fairseq's parser and registry, decoded incrementally and run at 3x its length in-process in
+tests/models/test_position_family.py (the CLI adds the same command-line path to each, at about 5 seconds
+a process, so it runs a covering set); stock absolute positions run end to end in test_train.py; command
+lines from lm_runs.py."""
 
 import math
 
@@ -12,13 +14,15 @@ import torch
 from fairseq_urpe.models.architectures import variants
 from tests.cli.lm_runs import eval_lm_args, load_checkpoint, num_updates, parse_eval_lm, train_args
 
-VARIANTS = sorted(v for v in variants() if "ape" not in v)  # 5 bias kinds x 2 x 2 = 20, RoPE x 2 = 22
+# every kind, each of RPE/URPE for most, dot-product-free twice (of the family's 24: tests/models)
+VARIANTS = ["rpe", "urpe", "urpe_alibi", "log_dpf", "urpe_learned", "nope", "urpe_nope_dpf", "urpe_rope"]
 TPS, UPDATES = 32, 6
 
 
 @pytest.fixture(scope="module")
 def family_runs(cli, brown_data, tmp_path_factory):
     """``{variant: (train result, checkpoint path, eval-lm result)}``."""
+    assert set(VARIANTS) <= set(variants()), "a variant here is not registered"
     root = tmp_path_factory.mktemp("family")
     jobs = {
         v: ("train", train_args(brown_data, root / v, "--arch", f"transformer_lm_{v}_tiny", "--max-update", UPDATES,
