@@ -14,9 +14,10 @@ Backward, recomputing P (and Z) tile by tile from the stored m and l (O(T) extra
 ``b`` and ``c`` come per head as tables by distance, ``(H, n)``: entry k for distance k, and the last
 entry for every distance past it (``B_ij = b[min(i - j, n - 1)]``), so a table that is constant from some
 distance on (T5's buckets, a clipped table) is passed only up to there. Key tiles wholly at or past both
-tables' last entries (*far* tiles: 77-82% of the tiles at T = 2048 with 128 entries) read one scalar per table
-and add their table gradients to one running scalar per table, one atomic per program; the other
-(*near*) tiles read their slice of each table with one gather, and add per-diagonal sums. Padded keys
+tables' last entries (*far* tiles: 77-84% of the tiles at T = 2048 with T5's default tables, 114 entries)
+read one scalar per table and add their table gradients to one running scalar per table, one atomic per
+program; the other (*near*) tiles read their slice of each table with one gather, and add per-diagonal
+sums. Padded keys
 follow the dense attention in ``fairseq_urpe/modules/relative_multihead_attention.py``: their score is the most negative
 finite float32 rather than -inf, so a query whose visible keys are all padding averages them uniformly
 and stays finite, and no gradient flows into their scores. Attention dropout follows it too: applied to
