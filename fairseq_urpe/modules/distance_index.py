@@ -78,6 +78,15 @@ class BucketIndex:
     def __call__(self, distance: torch.Tensor) -> torch.Tensor:
         return relative_position_bucket(distance, self.num_buckets, self.max_distance, self.bidirectional)
 
+    @property
+    def constant_from(self) -> int:
+        """The causal distance from which every distance reads the same bucket (the last one)."""
+        if not hasattr(self, "_constant_from"):  # the options are fixed at construction
+            entry = self(torch.arange(2 * self.max_distance + 2))  # past every bucket boundary
+            changes = (entry[1:] != entry[:-1]).nonzero()
+            self._constant_from = int(changes[-1]) + 1 if len(changes) else 0
+        return self._constant_from
+
     def __repr__(self) -> str:
         return f"buckets={self.num_buckets}, max_distance={self.max_distance}, bidirectional={self.bidirectional}"
 
@@ -110,6 +119,12 @@ class ClippedIndex:
                     f"input needs {longest}; raise {self.name} or use {self.beyond_name} clamp"
                 )
         return clipped_distance_index(distance, self.max_distance, self.bidirectional)
+
+    @property
+    def constant_from(self) -> int:
+        """The causal distance from which every distance reads the same entry: the clip (with
+        ``beyond_max="error"`` farther ones raise instead, when the table is read)."""
+        return self.max_distance
 
     def __repr__(self) -> str:
         return f"max_distance={self.max_distance}, bidirectional={self.bidirectional}, beyond_max={self.beyond_max}"

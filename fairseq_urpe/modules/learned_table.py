@@ -39,13 +39,8 @@ class LearnedTable(RelativePositionFunction):
     @property
     def constant_from(self) -> int:
         """The causal distance from which every distance reads the same entry as it: the clip
-        (``max_distance``), or the first distance of T5's last bucket."""
-        if not hasattr(self, "_constant_from"):
-            distance = torch.arange(2 * self.index.max_distance + 2)  # past every bucket boundary and clip
-            entry = self.index(distance)
-            changes = (entry[1:] != entry[:-1]).nonzero()
-            self._constant_from = int(changes[-1]) + 1 if len(changes) else 0
-        return self._constant_from
+        (``max_distance``), or the first distance of T5's last bucket (the index's ``constant_from``)."""
+        return self.index.constant_from
 
     @property
     def bidirectional(self) -> bool:

@@ -78,3 +78,9 @@ def test_kernel_tables_stop_where_the_tables_turn_constant():
         assert torch.equal(full[:, : last + 1], short) and torch.equal(full[:, last:], short[:, last:].expand(-1, 30 - last))
     few = positions.tables(4, 4, torch.device("cpu"), torch.float32).kernel_tables()  # shorter than the tables
     assert [t.size(1) for t in few] == [4, 4]
+
+
+def test_constant_from_of_a_table_that_refuses_long_inputs_does_not_read_past_it():
+    table = ToeplitzReweighting(2, "unique", max_distance=6, beyond_max="error")
+    assert table.constant_from == 6
+    table.by_distance(torch.arange(7))  # within the table: fine
