@@ -9,10 +9,11 @@
 #                     build pins; empty: skip)
 #   SECOND_VENV       where that overlay lives (default: .venv-triton371)
 #   TEST_WORKERS      pytest processes (pytest-xdist; default: auto, one per core; 0: none). Each test
-#                     file runs whole in one process (its module fixtures built once); torch runs one
-#                     thread per process unless OMP_NUM_THREADS says otherwise.
+#                     file runs whole in one process, tests/cli and tests/recipes each in one (their
+#                     session fixtures: tests/conftest.py); one torch thread per process unless
+#                     OMP_NUM_THREADS says otherwise.
 set -euo pipefail
-if [ "${1:-}" = "--help" ]; then sed -n '2,13p' "$0"; exit 0; fi
+if [ "${1:-}" = "--help" ]; then sed -n '2,14p' "$0"; exit 0; fi
 cd "$(dirname "$0")/.."
 VENV=$(bash scripts/env.sh)
 SECOND_TRITON=${SECOND_TRITON-triton==3.7.1}
@@ -23,7 +24,7 @@ if [ -z "${TRITON_CACHE_DIR:-}" ]; then
 fi
 export TRITON_CACHE_DIR
 echo "== TRITON_CACHE_DIR=$TRITON_CACHE_DIR SECOND_TRITON=$SECOND_TRITON SECOND_VENV=$SECOND_VENV" >&2
-WORKERS=(-n "${TEST_WORKERS:-auto}" --dist loadfile)
+WORKERS=(-n "${TEST_WORKERS:-auto}" --dist loadgroup)
 if [ "${TEST_WORKERS:-auto}" = 0 ]; then WORKERS=(-p no:xdist); fi
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 "$VENV/bin/python" -m pytest "${WORKERS[@]}" "$@"
