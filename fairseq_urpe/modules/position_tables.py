@@ -170,6 +170,7 @@ class PositionModules:
             bias=self.position_bias.by_distance(distances) if self.position_bias is not None else None,
             reweight=self.toeplitz.by_distance(distances) if self.toeplitz is not None else None,
             rotation=self.rotary.rotation(positions[src_len - tgt_len :], dtype) if self.rotary is not None else None,
-            bias_constant_from=self.position_bias.constant_from if self.position_bias is not None else None,
-            reweight_constant_from=self.toeplitz.constant_from if self.toeplitz is not None else None,
+            # a module of a kind registered elsewhere may not say (None: the kernel reads every distance)
+            bias_constant_from=getattr(self.position_bias, "constant_from", None),
+            reweight_constant_from=getattr(self.toeplitz, "constant_from", None),
         )
