@@ -21,6 +21,7 @@ conversions (O(T) each, a few per cent at 2048), latency the warps cannot hide, 
 table gradients (per diagonal in near tiles, one per program for the far ones; relaxed).
 """
 
+import functools
 import json
 import math
 import os
@@ -57,11 +58,17 @@ LOOP_ROLES = {
 MODEL_FAR = 113  # T5RelativeBias(H, 32, 128).constant_from: the default transformer_lm_urpe's tables
 
 
+@functools.lru_cache(maxsize=None)
+def _kernel_module():
+    """The kernel file, loaded once (its ``far_tiles`` holds the kernels' loop bounds)."""
+    from benchmarks.fused_kernel import load
+
+    return load("fused_urpe_attention")
+
+
 def kernel_cycles(kernel: str, usage: dict, far=None, head_dim: int = HEAD_DIM, length: int = LENGTH):
     """Cycles of one (batch, head) of ``kernel`` from its compile-report entry ``usage``, with tables
     constant from distance ``far`` on (``None``: no far tiles, as without tables)."""
-    from benchmarks.fused_kernel import load
-
     block_m, block_n, warps = usage["tiles"][:3]
     loops = [loop["instructions"] for loop in usage["loops"]]
     if len(loops) not in LOOP_ROLES:
@@ -70,7 +77,7 @@ def kernel_cycles(kernel: str, usage: dict, far=None, head_dim: int = HEAD_DIM, 
     if usage.get("far_branch"):  # one loop with a branch for near and far tiles: priced at its larger count
         per["near"] = per["far"] = max(loops[1:])
     below, on = iterations(kernel, block_m, block_n, length)
-    far_count = load("fused_urpe_attention").far_tiles(kernel, length, far, block_m, block_n) if far is not None else 0
+    far_count = _kernel_module().far_tiles(kernel, length, far, block_m, block_n) if far is not None else 0
     if "far" not in per:  # a kernel without the far-tile loop runs its near loop there
         per["far"] = per["near"]
     tensor = 2 * block_m * block_n * head_dim * PRODUCTS[kernel] / TENSOR_FLOP_PER_CYCLE
