@@ -18,6 +18,7 @@ from fairseq_urpe.kernels.fused_urpe_attention import (  # noqa: E402
     fused_causal_urpe_attention,
     table_reach,
 )
+from tests.kernels.test_fused_urpe_attention import assert_same_gradients  # noqa: E402
 
 
 def dense(q, k, v, b, c, padding, scale, dropout_mask=None):
@@ -55,13 +56,7 @@ def check(length, n_bias, n_c, blocks=None, padding=False, dropout_p=0.0, seed=0
     mask = attention_dropout_mask(seed_tensor, batch, heads, length, dropout_p).double() if dropout_p else None
     want = dense(q, k, v, b, c, pad, 0.25, mask)
     torch.testing.assert_close(out, want, rtol=1e-10, atol=1e-11)
-    leaves = [("q", q), ("k", k), ("v", v), ("b", b), ("c", c)]
-    leaves = [(name, x) for name, x in leaves if x is not None]
-    upstream = torch.randn_like(out)
-    got = torch.autograd.grad(out, [x for _, x in leaves], upstream)
-    expected = torch.autograd.grad(want, [x for _, x in leaves], upstream)
-    for (name, _), g, e in zip(leaves, got, expected):
-        torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-11, msg=lambda m: f"gradient of {name}: {m}")
+    assert_same_gradients(out, want, [("q", q), ("k", k), ("v", v), ("b", b), ("c", c)], rtol=1e-10, atol=1e-11)
     return b, c
 
 

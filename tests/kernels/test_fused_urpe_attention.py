@@ -44,12 +44,18 @@ def assert_matches_reference(inputs, dtype, scale=None, blocks=None):
     torch.testing.assert_close(out, want, **TOLERANCE[dtype])
 
     leaves = [("q", q), ("k", k), ("v", v), ("bias table", bias_table), ("Toeplitz table", c_table)]
+    assert_same_gradients(out, want, leaves, **TOLERANCE[dtype])
+
+
+def assert_same_gradients(out, want, leaves, **tolerance):
+    """Every gradient of ``out`` equals that of ``want`` under one random upstream gradient; ``leaves``:
+    ``[(name, tensor or None)]`` (``None``: absent, skipped)."""
     leaves = [(name, x) for name, x in leaves if x is not None]
     upstream = torch.randn_like(out)
     got = torch.autograd.grad(out, [x for _, x in leaves], upstream)
     expected = torch.autograd.grad(want, [x for _, x in leaves], upstream)
     for (name, _), g, e in zip(leaves, got, expected):
-        torch.testing.assert_close(g, e, **TOLERANCE[dtype], msg=lambda m: f"gradient of the {name}: {m}")
+        torch.testing.assert_close(g, e, **tolerance, msg=lambda m: f"gradient of the {name}: {m}")
 
 
 @pytest.mark.parametrize(
