@@ -1,6 +1,7 @@
-"""Through the real ``fairseq-train`` and ``fairseq-eval-lm``, one variant per position kind (t5, alibi,
-log, learned, none, RoPE), with and without URPE's ``C``, and dot-product-free for two kinds: each trains a
-few updates and is scored at 3x its training length. Every one of the family's archs is built through
+"""Through the real ``fairseq-train`` and ``fairseq-eval-lm``, one variant per position kind (alibi, log,
+learned, none, RoPE; t5's RPE and URPE archs are trained by lm_runs.Trainings and scored at 4x in
+test_eval_lm.py), with and without URPE's ``C``, and dot-product-free for two kinds: each trains a few
+updates and is scored at 3x its training length. Every one of the family's archs is built through
 fairseq's parser and registry, decoded incrementally and run at 3x its length in-process in
 tests/models/test_position_family.py (the CLI adds the same command-line path to each, at about 5 seconds
 a process, so it runs a covering set); stock absolute positions run end to end in test_train.py; command
@@ -14,8 +15,9 @@ import torch
 from fairseq_urpe.models.architectures import variants
 from tests.cli.lm_runs import eval_lm_args, load_checkpoint, num_updates, parse_eval_lm, train_args
 
-# every kind, each of RPE/URPE for most, dot-product-free twice (of the family's 24: tests/models)
-VARIANTS = ["rpe", "urpe", "urpe_alibi", "log_dpf", "urpe_learned", "nope", "urpe_nope_dpf", "urpe_rope"]
+# every kind but t5 (lm_runs.Trainings), each of RPE/URPE for most, dot-product-free twice (of the family's 24:
+# tests/models)
+VARIANTS = ["urpe_alibi", "log_dpf", "urpe_learned", "nope", "urpe_nope_dpf", "urpe_rope"]
 TPS, UPDATES = 32, 6
 
 

@@ -121,6 +121,7 @@ def test_parse_log_reads_train_loss_and_valid_perplexity(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_run_brown_smoke_trains_evaluates_at_three_lengths_and_writes_tables_and_plots(tmp_path):
     env = dict(os.environ, URPE_VENV=sys.prefix, OUT=str(tmp_path / "out"),
                CONFIGS="stock,stock nope,t5 zero-start+C bucketed", SEEDS="1", PYTHONUNBUFFERED="1")

@@ -16,6 +16,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 @pytest.mark.e2e
+@pytest.mark.slow
 def test_gpu_check_script_runs_its_cpu_sections_and_writes_both_reports(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the script decides
     # the CPU mode even on a GPU machine; this interpreter (of whichever environment runs the suite)

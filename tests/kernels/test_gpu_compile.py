@@ -2,7 +2,8 @@
 machine without a GPU, with the tiles the kernel picks for each, without register spills and within the
 architecture's shared memory. With attention dropout and all tables, with key padding (the variant with
 the most registers) and on sm_90 without (what a language model trains with). ``scripts/test.sh`` runs
-this under both tested tritons (3.7.1 and 3.9.0).
+this under both tested tritons (3.7.1 and 3.9.0), one test per architecture (each its own process, so
+that pytest-xdist can run them side by side).
 
 The interpreter runs the kernels' arithmetic but not Triton's compiler, which rejects things the
 interpreter accepts (a plain Python global in a kernel, say). Triton's wheel bundles ptxas, so the
@@ -24,6 +25,7 @@ import sys
 import pytest
 
 pytest.importorskip("triton")
+pytestmark = [pytest.mark.every_triton, pytest.mark.slow]  # run again under the second triton (scripts/test.sh)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # (capability, head dim, key padding): GPT-2 small's heads and the _wiki103 archs', with attention dropout;
@@ -45,10 +47,12 @@ def compile_in_a_clean_process(cache_dir, configs):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_kernels_compile_for_sm90_sm80_sm86_without_register_spills(tmp_path):
+@pytest.mark.parametrize("capability", sorted({c for c, _, _ in CONFIGS}, reverse=True), ids=lambda c: f"sm_{c}")
+def test_kernels_compile_without_register_spills(capability, tmp_path):
     import triton
 
-    for (capability, head_dim, padding), results in zip(CONFIGS, compile_in_a_clean_process(tmp_path, CONFIGS)):
+    configs = [config for config in CONFIGS if config[0] == capability]
+    for (_, head_dim, padding), results in zip(configs, compile_in_a_clean_process(tmp_path, configs)):
         assert set(results) == {"forward", "dkdv", "dq"}
         for name, usage in results.items():
             config = (f"sm_{capability} {name}, head dim {head_dim}, dropout{', padding' if padding else ''}, "

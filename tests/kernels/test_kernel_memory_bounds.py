@@ -21,6 +21,7 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
+pytestmark = pytest.mark.every_triton  # the kernel itself: run again under the second triton (scripts/test.sh)
 
 from triton.runtime import interpreter  # noqa: E402
 

@@ -55,6 +55,7 @@ def inject(monkeypatch, fault):
         monkeypatch.setattr(kernel, "launch_forward", launch_forward)
 
 
+@pytest.mark.every_triton  # the real kernel checked: again under the second triton (scripts/test.sh)
 def test_the_real_kernel_passes_once_per_configuration_and_leaves_the_random_state_alone(checks):
     state = torch.random.get_rng_state()
     assert dispatch.self_check_passed("fused", CONFIG) and dispatch.self_check_passed("auto", CONFIG)

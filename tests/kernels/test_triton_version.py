@@ -13,6 +13,7 @@ import torch
 from fairseq_urpe.kernels import dispatch
 from tests.reference import causal_mask
 
+pytestmark = pytest.mark.every_triton  # the range check reads the installed triton: both tested ones (scripts/test.sh)
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
