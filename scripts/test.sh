@@ -31,8 +31,7 @@ if [ -z "${TRITON_CACHE_DIR:-}" ]; then
 fi
 export TRITON_CACHE_DIR
 echo "== TRITON_CACHE_DIR=$TRITON_CACHE_DIR SECOND_TRITON=$SECOND_TRITON SECOND_VENV=$SECOND_VENV" >&2
-WORKERS=(-n "${TEST_WORKERS:-auto}" --dist loadgroup --no-loadscope-reorder)
-if [ "${TEST_WORKERS:-auto}" = 0 ]; then WORKERS=(-p no:xdist); fi
+WORKERS=(-n "${TEST_WORKERS:-auto}")  # with pytest.ini's --dist loadgroup --no-loadscope-reorder
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 if [ $# -gt 0 ] || [ -z "$SECOND_TRITON" ]; then
   [ $# -gt 0 ] || set -- -m ""  # everything, slow tests included
@@ -57,7 +56,7 @@ second_dir=$(mktemp -d -t urpe-second-triton.XXXXXX)
 remove+=("$second_dir")
 second_log=$second_dir/pytest.log
 second_version=$("$SECOND_VENV/bin/python" -c 'import triton; print("triton", triton.__version__)')
-TRITON_CACHE_DIR=$second_dir/cache "$SECOND_VENV/bin/python" -m pytest -p no:xdist -p no:cacheprovider \
+TRITON_CACHE_DIR=$second_dir/cache "$SECOND_VENV/bin/python" -m pytest -n 0 -p no:cacheprovider \
   -m every_triton tests/kernels >"$second_log" 2>&1 &
 second=$!
 main_status=0

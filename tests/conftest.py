@@ -1,4 +1,4 @@
-"""How the suite is split among pytest-xdist's processes (``scripts/test.sh`` runs ``--dist loadgroup
+"""How the suite is split among pytest-xdist's processes (pytest.ini: one per core, ``--dist loadgroup
 --no-loadscope-reorder``).
 
 Each test file is one group, so its module fixtures are built once; ``tests/cli`` and ``tests/recipes`` are
@@ -17,9 +17,14 @@ CPU seconds measured on a 2-core machine; groups not listed last): a long group 
 one process busy while the other has nothing left to do.
 """
 
+import os
 from pathlib import Path
 
 import pytest
+
+# One torch thread per process (before any test module imports torch): pytest.ini runs one process per
+# core, and two processes of two threads each on two cores make torch many times slower.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 SHARED_SESSION_FOLDERS = ("cli", "recipes")
 PER_TEST_GROUPS = ("kernels/test_gpu_compile.py",)
