@@ -32,7 +32,6 @@ fi
 export TRITON_CACHE_DIR
 echo "== TRITON_CACHE_DIR=$TRITON_CACHE_DIR SECOND_TRITON=$SECOND_TRITON SECOND_VENV=$SECOND_VENV" >&2
 WORKERS=(-n "${TEST_WORKERS:-auto}")  # with pytest.ini's --dist loadgroup --no-loadscope-reorder
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 if [ $# -gt 0 ] || [ -z "$SECOND_TRITON" ]; then
   [ $# -gt 0 ] || set -- -m ""  # everything, slow tests included
   status=0
