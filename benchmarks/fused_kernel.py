@@ -53,8 +53,9 @@ SHARED_MEMORY = {90: 227 * 1024, 80: 163 * 1024, 86: 99 * 1024}  # bytes per blo
 def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 64, blocks=None, report=True,
                     dropout: bool = False, kernel=None, only=("forward", "dkdv", "dq"), tables=(True, True),
                     padding: bool = True):
-    """Compile forward, dK/dV and dQ kernels for ``sm_<capability>`` without a GPU (by default all tables
-    and padding on) with the tiles the kernel chooses for that architecture.
+    """Compile forward, dK/dV and dQ kernels (``only``; "delta" adds the delta kernel) for
+    ``sm_<capability>`` without a GPU (by default all tables and padding on) with the tiles the kernel
+    chooses for that architecture.
 
     ``dtype``: bf16, fp16, fp32 (full-precision products) or fp32-tf32. Returns per kernel a dict: tiles,
     registers and spilled bytes (``None`` where ptxas could not be asked), shared memory, and from the PTX
@@ -78,8 +79,9 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
         cfg = {**kernel.GPU_BLOCKS, **(blocks or {})}
         if head_dim > 64 and not blocks:
             cfg.update(forward=(64, 64, 4), dkdv=(32, 64, 4), dq=(64, 32, 4))
-    pointers = {name: f"*{element}" for name in ("Q", "K", "V", "DO", "Out", "DQ", "DK", "DV")}
-    pointers.update({name: "*fp32" for name in ("BIAS", "CTAB", "RowMax", "RowSum", "Delta", "DBIAS", "DC")})
+    pointers = {name: f"*{element}" for name in ("Q", "K", "V", "DO", "O", "Out", "DQ", "DK", "DV", "FarOut")}
+    pointers.update({name: "*fp32" for name in ("BIAS", "CTAB", "RowMax", "RowSum", "Delta", "DBIAS", "DC",
+                                                "FarMax", "FarSum")})
     pointers["PAD"], pointers["SEED"] = "*i8", "*i64"
     scalars = {"scale": "fp32", "dropout_p": "fp32", "seed": "i64", "qk_scale": "fp32", "log2e": "fp32",
                "keep_scale": "fp32", "keep_threshold": "i32"}
@@ -87,12 +89,21 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
                   D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), PRECISION=precision, ACC=tl.float32,
                   EXP2=True)
     in_dq = cfg["table_grads"] == "dq"
+    # The forward's far share (issue 16, round 4) where the kernel has it and a long sequence would use it:
+    # no padding, a table, table gradients in dQ, dQ tiles dividing the forward's.
+    far_share = (hasattr(kernel, "far_share_applies") and not padding and any(tables) and in_dq
+                 and all(f % d == 0 for f, d in zip(cfg["forward"][:2], cfg["dq"][:2])))
     jobs = {
-        "forward": (kernel._forward_kernel, cfg["forward"], {}),
+        "forward": (kernel._forward_kernel, cfg["forward"], dict(FAR_SUMS=far_share)),
         "dkdv": (kernel._backward_dkdv_kernel, cfg["dkdv"],
                  dict(BIAS_GRAD=tables[0] and not in_dq, C_GRAD=tables[1] and not in_dq,
                       FAR_BRANCH=cfg.get("far_branch", False))),
-        "dq": (kernel._backward_dq_kernel, cfg["dq"], dict(BIAS_GRAD=tables[0] and in_dq, C_GRAD=tables[1] and in_dq)),
+        "dq": (kernel._backward_dq_kernel, cfg["dq"], dict(BIAS_GRAD=tables[0] and in_dq, C_GRAD=tables[1] and in_dq,
+                                                           FAR_SUMS=far_share, BLOCK_M_F=cfg["forward"][0],
+                                                           BLOCK_N_F=cfg["forward"][1])),
+        # delta = rowsum(dO ⊙ O) (no loop), and with the far share the far tiles' table gradients
+        "delta": (kernel._delta_kernel, (64, 1, 4, 1), dict(BLOCK=64, FAR_SUMS=far_share, BIAS_GRAD=tables[0] and far_share,
+                                                             C_GRAD=tables[1] and far_share)),
     }
     target = GPUTarget("cuda", capability, 32)
     backend = triton.compiler.make_backend(target)
@@ -102,7 +113,7 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
         if name not in only:
             continue
         wanted = dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **extra)
-        if dropout and "HAS_DROPOUT" not in fn.arg_names:
+        if dropout and "HAS_DROPOUT" not in fn.arg_names and name != "delta":
             raise ValueError("this kernel has no attention dropout")
         constexprs = {arg: value for arg, value in wanted.items() if arg in fn.arg_names}
         # As a launch with contiguous (B, T, H, d)-strided q, k, v, dO (fairseq's layout) specializes: the
@@ -119,6 +130,8 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
         ptx = compiled.asm["ptx"]
         results[name] = dict(tiles=(block_m, block_n, warps, stages), shared_bytes=compiled.metadata.shared,
                              **_ptxas_usage(ptx, capability), **ptx_instructions(ptx))
+        if constexprs.get("FAR_SUMS") and name == "dq":  # its far tiles are the forward tile's (the model's count)
+            results[name]["far_share"] = list(cfg["forward"][:2])
         if "FAR_BRANCH" in constexprs:  # near and far tiles in one loop: its PTX loops are not one per kind
             results[name]["far_branch"] = bool(constexprs["FAR_BRANCH"])
         if report:
@@ -150,7 +163,8 @@ def ptx_instructions(ptx: str):
         if target and labels.get(target.group(1), i) < i:
             body = lines[labels[target.group(1)]:i + 1]
             loop = _count_instructions("\n".join(body))
-            loop["instructions"] = sum(1 for x in body if x.strip() and not x.strip().startswith(("$", "//", "{", "}")))
+            loop["instructions"] = sum(1 for x in body  # labels, comments, braces and directives (.loc) are not
+                                       if x.strip() and not x.strip().startswith(("$", "//", "{", "}", ".")))
             loops.append(loop)
     return dict(counts, loops=loops)
 

@@ -77,7 +77,8 @@ def kernel_cycles(kernel: str, usage: dict, far=None, head_dim: int = HEAD_DIM, 
     if usage.get("far_branch"):  # one loop with a branch for near and far tiles: priced at its larger count
         per["near"] = per["far"] = max(loops[1:])
     below, on = iterations(kernel, block_m, block_n, length)
-    far_count = _kernel_module().far_tiles(kernel, length, far, block_m, block_n) if far is not None else 0
+    far_count = (_kernel_module().far_tiles(kernel, length, far, block_m, block_n, usage.get("far_share"))
+                 if far is not None else 0)
     if "far" not in per:  # a kernel without the far-tile loop runs its near loop there
         per["far"] = per["near"]
     tensor = 2 * block_m * block_n * head_dim * PRODUCTS[kernel] / TENSOR_FLOP_PER_CYCLE

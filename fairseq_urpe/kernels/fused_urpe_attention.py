@@ -16,13 +16,15 @@ entry for every distance past it (``B_ij = b[min(i - j, n - 1)]``), so a table t
 distance on (T5's buckets, a clipped table) is passed only up to there. Key tiles wholly at or past both
 tables' last entries (*far* tiles: 77-84% of the tiles at T = 2048 with T5's default tables, 114 entries)
 read one scalar per table and add their table gradients to one running scalar per table, one atomic per
-program; the other (*near*) tiles read their slice of each table with one gather, and add per-diagonal
-sums. Padded keys
+program; without key padding the forward instead stores the far tiles' share of each row (``FarShare``,
+``O(T d)``), from which the delta kernel adds those gradients, so dQ's far tiles do no table work
+(``far_share_applies``). The other (*near*) tiles read their slice of each table with one gather, and
+add per-diagonal sums. Padded keys
 follow the dense attention in ``fairseq_urpe/modules/relative_multihead_attention.py``: their score is the most negative
 finite float32 rather than -inf, so a query whose visible keys are all padding averages them uniformly
 and stays finite, and no gradient flows into their scores. Attention dropout follows it too: applied to
-``P ⊙ C``; its mask comes from Philox (counter-based, one seed per call, 8 random bits per entry, one call
-per 16 keys, as FlashAttention-2 does), so the backward kernels regenerate it instead of storing it. The
+``P ⊙ C``; its mask comes from Philox-4x32-7 (counter-based, one seed per call, 8 random bits per entry,
+one call per 16 keys, 7 rounds, as FlashAttention-2 does), so the backward kernels regenerate it instead of storing it. The
 rate is ``p`` rounded to a multiple of 1/256 and kept entries are scaled by the exact inverse of the keep
 probability, ``256 / (256 - round(256 p))``, so ``E[Z] = 1`` exactly (up to float32 rounding of the scale).
 
@@ -35,7 +37,7 @@ with the most keys start first. This module imports only torch and triton.
 """
 
 import math
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 import triton
@@ -44,6 +46,7 @@ import triton.language as tl
 PAD_SCORE = tl.constexpr(-3.4028234663852886e38)  # torch.finfo(torch.float32).min
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x log2(e))
 MAX_HEAD_DIM = 128
+PHILOX_ROUNDS = tl.constexpr(7)  # attention dropout's Philox-4x32 rounds: FlashAttention-2's (Random123's default: 10)
 MAX_TILE = 128  # the most rows (keys) of a tile: in-tile offsets (MAX_TILE - 1) * row stride + d stay int32
 
 
@@ -59,26 +62,47 @@ def _table_tile(TABLE, first, distance, LAST, L: tl.constexpr, M: tl.constexpr, 
 
 @triton.jit
 def _dropout_scale(seed, bh, rows, start_n, keep_threshold, keep_scale, M: tl.constexpr, N: tl.constexpr):
-    """``Z`` (M, N) for queries ``rows`` and keys ``start_n .. start_n + N - 1`` (a multiple of 16) of head
-    ``bh``: ``keep_scale`` where attention dropout keeps an entry, 0 where it drops it.
+    """``Z`` (M, N) for queries ``rows`` and keys ``start_n .. start_n + N - 1`` of head ``bh``:
+    ``keep_scale`` where attention dropout keeps an entry, 0 where it drops it (:func:`_dropout_keep`)."""
+    return tl.where(_dropout_keep(seed, bh, rows, start_n, keep_threshold, M, N), keep_scale, 0.0)
 
-    One Philox call, counters ``(j // 16, i, bh, 0)`` under the call's seed, gives four 32-bit words: the
-    8-bit uniforms of 16 consecutive keys; an entry is kept when its uniform is at least
+
+@triton.jit
+def _dropout_keep(seed, bh, rows, start_n, keep_threshold, M: tl.constexpr, N: tl.constexpr):
+    """Whether attention dropout keeps entry (i, j) (M, N) for queries ``rows`` and keys ``start_n ..
+    start_n + N - 1`` (a multiple of 16) of head ``bh``. The kernels apply ``keep_scale`` once per row
+    (forward) or through ``C``'s scalar or table slice (backward), not per entry.
+
+    One Philox-4x32-7 call (7 rounds, as FlashAttention-2's), counters ``(j // 16, i, bh, 0)`` under the
+    call's seed, gives four 32-bit words: the 8-bit uniforms of 16 consecutive keys, key ``16 g + 4 w + b``
+    in byte ``b`` (from the least significant) of word ``w``; an entry is kept when its uniform is at least
     ``keep_threshold`` (``round(256 p)``). Every kernel regenerates the same mask from the same counters.
+    The words are spread over their keys before the bytes are taken apart, so that the layout change to
+    the tile's (through shared memory) moves 4 words per call instead of 16 bytes.
     """
     G: tl.constexpr = N // 16
     c0 = (start_n // 16 + tl.arange(0, G))[None, :] + rows[:, None] * 0  # (M, G)
     c1 = rows[:, None] + c0 * 0
     zero = c0 * 0
-    w0, w1, w2, w3 = tl.philox(seed, c0, c1, zero + bh, zero)
-    u = tl.join(tl.join(_bytes(w0), _bytes(w1)), tl.join(_bytes(w2), _bytes(w3)))  # (M, G, 2, 2, 2, 2)
-    return tl.where(tl.reshape(u, [M, N]) >= keep_threshold, keep_scale, 0.0)
+    w0, w1, w2, w3 = tl.philox(seed, c0, c1, zero + bh, zero, PHILOX_ROUNDS)
+    words = tl.join(tl.join(w0, w2), tl.join(w1, w3))  # (M, G, 2, 2): join stacks on a new last axis, so [a, b] = w_(2a + b)
+    # Byte b is kept when it is >= t, that is when the word shifted left by 24 - 8 b (byte b on top, the
+    # bytes below it under it) is >= t * 2^24, unsigned: no shift right and mask per byte.
+    shifts = (24 - tl.arange(0, 4) * 8).to(tl.uint32)
+    on_top = words[:, :, :, :, None] << shifts[None, None, None, None, :]  # (M, G, 2, 2, 4)
+    keep = on_top >= (keep_threshold.to(tl.uint32) << 24)
+    return tl.reshape(keep, [M, N])
 
 
 @triton.jit
-def _bytes(w):
-    """The four bytes of the 32-bit words ``w``, as a new trailing (2, 2)."""
-    return tl.join(tl.join(w & 0xFF, (w >> 8) & 0xFF), tl.join((w >> 16) & 0xFF, w >> 24))
+def _z_scale(keep_scale, HAS_DROPOUT: tl.constexpr):
+    """The scale of kept entries with dropout, in float32 as a GPU launch passes it (the interpreter keeps
+    a Python float's 64 bits; the mask :func:`attention_dropout_mask` writes out holds float32); 1 (a
+    constant) without."""
+    if HAS_DROPOUT:
+        return tl.cast(keep_scale, tl.float32)
+    else:
+        return 1.0
 
 
 @triton.jit
@@ -169,20 +193,17 @@ def _forward_tile(
     alpha = _exp(m_i - m_new, EXP2)
     p = _exp(s - m_new[:, None], EXP2)
     l_i = l_i * alpha + tl.sum(p, 1)
-    if HAS_C:
-        if FAR_TILE:
-            p = p * c_far
-        else:
-            p = p * _table_tile(CTAB, first, distance, LAST_C, SLICE, BLOCK_M, BLOCK_N)
-    if HAS_DROPOUT:
-        p = p * _dropout_scale(seed, bh, rows, start_n, keep_threshold, keep_scale, BLOCK_M, BLOCK_N)
+    if HAS_C and not FAR_TILE:  # far tiles come first and share c_far: their sum is scaled once, after them
+        p = p * _table_tile(CTAB, first, distance, LAST_C, SLICE, BLOCK_M, BLOCK_N)
+    if HAS_DROPOUT:  # Z / keep_scale; the kernel scales the row's sum once
+        p = tl.where(_dropout_keep(seed, bh, rows, start_n, keep_threshold, BLOCK_M, BLOCK_N), p, 0.0)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION, out_dtype=ACC)
     return acc, m_new, l_i
 
 
 @triton.jit
 def _forward_kernel(
-    Q, K, V, BIAS, CTAB, PAD, SEED, Out, RowMax, RowSum,
+    Q, K, V, BIAS, CTAB, PAD, SEED, Out, RowMax, RowSum, FarOut, FarMax, FarSum,
     stride_qb, stride_qh, stride_qt, stride_qd,
     stride_kb, stride_kh, stride_kt, stride_kd,
     stride_vb, stride_vh, stride_vt, stride_vd,
@@ -190,11 +211,16 @@ def _forward_kernel(
     stride_bias_h, stride_c_h, stride_pad_b,
     H, T, LAST_B, LAST_C, FAR, qk_scale, log2e, keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+    FAR_SUMS: tl.constexpr,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr, ACC: tl.constexpr, EXP2: tl.constexpr,
 ):
     """One program: BLOCK_M queries of one (batch, head), streaming over keys 0 .. the diagonal (far tiles,
-    then near ones, then those on the diagonal); the last query tiles (the most keys) first."""
+    then near ones, then those on the diagonal); the last query tiles (the most keys) first.
+
+    ``FAR_SUMS``: also store, after the far tiles, their share of the row (for the table gradients of far
+    tiles, which :func:`_delta_kernel` then adds): ``FarOut_i = sum_far e^(S_ij - m') Z_ij v_j / l'``
+    ``(B * H, T, D)`` and the running ``m'``, ``l'`` at that point in ``FarMax``, ``FarSum``."""
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     bh = tl.program_id(1)
     b = tl.cast(bh // H, tl.int64)
@@ -227,6 +253,15 @@ def _forward_kernel(
             stride_kt, stride_kd, stride_vt, stride_vd, T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e,
             keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, False, True,
             BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
+    if FAR_SUMS:
+        far_rows = tl.cast(bh, tl.int64) * T + first_row
+        row_factor = _z_scale(keep_scale, HAS_DROPOUT) / tl.where(l_i > 0, l_i, 1.0)  # (BLOCK_M,)
+        tl.store(FarOut + far_rows * D + offs_m[:, None] * D + dims[None, :],
+                 (acc * row_factor[:, None]).to(FarOut.dtype.element_ty), mask=row_mask)
+        tl.store(FarMax + far_rows + offs_m, m_i, mask=rows < T)
+        tl.store(FarSum + far_rows + offs_m, l_i, mask=rows < T)
+    if HAS_C:
+        acc = acc * c_far
     for start_n in range(far, below, BLOCK_N):
         acc, m_i, l_i = _forward_tile(
             acc, m_i, l_i, q, K, V, BIAS, CTAB, PAD, seed, rows, offs_n, dims, start_m, start_n, bh,
@@ -241,6 +276,7 @@ def _forward_kernel(
             BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
 
     out = acc / l_i[:, None]
+    out = out * _z_scale(keep_scale, HAS_DROPOUT)
     tl.store(Out + b * stride_ob + h * stride_oh + first_row * stride_ot + offs_m[:, None] * stride_ot
              + dims[None, :] * stride_od, out.to(Out.dtype.element_ty), mask=row_mask)
     stats = tl.cast(bh, tl.int64) * T
@@ -249,8 +285,8 @@ def _forward_kernel(
 
 
 @triton.jit
-def _add_diagonal_sums(x, GRAD, base, LAST, A: tl.constexpr, B: tl.constexpr, SIGN: tl.constexpr):
-    """GRAD[min(k, LAST)] += the sum of the (A, B) tile ``x`` along each diagonal: entry (a, b) is at
+def _add_diagonal_sums(x, GRAD, base, LAST, A: tl.constexpr, B: tl.constexpr, SIGN: tl.constexpr, factor=1.0):
+    """GRAD[min(k, LAST)] += ``factor`` times the sum of the (A, B) tile ``x`` along each diagonal: entry (a, b) is at
     distance ``k = base + SIGN * (a - b)``; only the A + B - 1 diagonals the tile holds, and only ``k >= 0``
     (distances past the table's last entry read that entry, so their sums go there).
 
@@ -275,6 +311,8 @@ def _add_diagonal_sums(x, GRAD, base, LAST, A: tl.constexpr, B: tl.constexpr, SI
         here = tl.sum(tl.where(wrapped, 0.0, sheared), 0)  # (B,): local diagonals 0 .. L - 1
         back = tl.sum(tl.where(wrapped, sheared, 0.0), 0)  # local diagonals -L .. -1
         L: tl.constexpr = B
+    here = here * factor
+    back = back * factor
     local = tl.arange(0, L)
     k = base + SIGN * local
     tl.atomic_add(GRAD + tl.minimum(k, LAST), here, mask=(local < A) & (k >= 0), sem="relaxed")
@@ -284,7 +322,7 @@ def _add_diagonal_sums(x, GRAD, base, LAST, A: tl.constexpr, B: tl.constexpr, SI
 
 @triton.jit
 def _add_far_sum(GRAD, LAST, total):
-    """GRAD[LAST] += ``total`` ((1, 1)): the far tiles' gradient of the table's last entry, one atomic."""
+    """GRAD[LAST] += ``total`` ((1, 1) or (1,)): the far tiles' gradient of the table's last entry, one atomic."""
     tl.atomic_add(GRAD + LAST + tl.arange(0, 1), tl.reshape(total, [1]), sem="relaxed")
 
 
@@ -323,13 +361,17 @@ def _dkdv_tile(
     p = _exp(s - m[None, :], EXP2) / l[None, :]  # P^T
     dw = tl.dot(v, tl.trans(do), input_precision=PRECISION, out_dtype=ACC)  # (dO V^T)^T
     w = p
-    if HAS_DROPOUT:
-        z = tl.trans(_dropout_scale(seed, bh, rows, start_n, keep_threshold, keep_scale, BLOCK_M, BLOCK_N))  # Z^T
-        dw = dw * z
-        w = w * z
-    if HAS_C:
+    if HAS_DROPOUT:  # Z^T / keep_scale: the scale rides on c
+        keep = tl.trans(_dropout_keep(seed, bh, rows, start_n, keep_threshold, BLOCK_M, BLOCK_N))
+        dw = tl.where(keep, dw, 0.0)
+        w = tl.where(keep, p, 0.0)
+    if HAS_C or HAS_DROPOUT:  # c = C ⊙ keep_scale (c_far carries the scale already)
         if FAR_TILE:
             c = c_far
+        elif not HAS_C:
+            c = _z_scale(keep_scale, HAS_DROPOUT)
+        elif HAS_DROPOUT:
+            c = _table_tile(CTAB, first, distance, LAST_C, SLICE, BLOCK_N, BLOCK_M, _z_scale(keep_scale, HAS_DROPOUT))
         else:
             c = _table_tile(CTAB, first, distance, LAST_C, SLICE, BLOCK_N, BLOCK_M)
         w = w * c
@@ -350,7 +392,7 @@ def _dkdv_tile(
         if FAR_TILE:
             dc_far += tl.sum(dw * p)
         else:
-            _add_diagonal_sums(dw * p, DC, start_m - start_n, LAST_C, BLOCK_N, BLOCK_M, -1)
+            _add_diagonal_sums(dw * p, DC, start_m - start_n, LAST_C, BLOCK_N, BLOCK_M, -1, _z_scale(keep_scale, HAS_DROPOUT))
     return dk, dv, db_far, dc_far
 
 
@@ -405,6 +447,7 @@ def _backward_dkdv_kernel(
     DC += h * stride_c_h
     SLICE: tl.constexpr = 2 * max(BLOCK_M, BLOCK_N)
     b_far, c_far = _far_values(BIAS, CTAB, LAST_B, LAST_C, log2e, HAS_BIAS, HAS_C, ACC)
+    c_far = c_far * _z_scale(keep_scale, HAS_DROPOUT)  # C ⊙ keep_scale of far tiles (dropout)
     db_far = tl.zeros([1, 1], ACC)  # the far tiles' gradients of b[LAST_B], c[LAST_C]
     dc_far = tl.zeros([1, 1], ACC)
     dk = tl.zeros([BLOCK_N, BLOCK_D], ACC)
@@ -454,7 +497,7 @@ def _backward_dkdv_kernel(
     if BIAS_GRAD:
         _add_far_sum(DBIAS, LAST_B, db_far)
     if C_GRAD:
-        _add_far_sum(DC, LAST_C, dc_far)
+        _add_far_sum(DC, LAST_C, dc_far * _z_scale(keep_scale, HAS_DROPOUT))
     dk *= qk_scale / log2e  # scale
     tl.store(DK + k_offsets, dk.to(DK.dtype.element_ty), mask=col_mask)
     tl.store(DV + v_offsets, dv.to(DV.dtype.element_ty), mask=col_mask)
@@ -488,13 +531,16 @@ def _dq_tile(
         s = tl.where(distance >= 0, s, float("-inf"))
     p = _exp(s - m[:, None], EXP2) / l[:, None]
     dw = tl.dot(do, tl.trans(v), input_precision=PRECISION, out_dtype=ACC)
-    if HAS_DROPOUT:
-        dw = dw * _dropout_scale(seed, bh, rows, start_n, keep_threshold, keep_scale, BLOCK_M, BLOCK_N)
-    if HAS_C:
-        if FAR_TILE:
-            dp = dw * c_far
-        else:
-            dp = dw * _table_tile(CTAB, first, distance, LAST_C, SLICE, BLOCK_M, BLOCK_N)
+    if HAS_DROPOUT:  # Z / keep_scale: the scale rides on c
+        dw = tl.where(_dropout_keep(seed, bh, rows, start_n, keep_threshold, BLOCK_M, BLOCK_N), dw, 0.0)
+    if FAR_TILE and (HAS_C or HAS_DROPOUT):  # c_far carries the scale already
+        dp = dw * c_far
+    elif HAS_C and HAS_DROPOUT:
+        dp = dw * _table_tile(CTAB, first, distance, LAST_C, SLICE, BLOCK_M, BLOCK_N, _z_scale(keep_scale, HAS_DROPOUT))
+    elif HAS_C:
+        dp = dw * _table_tile(CTAB, first, distance, LAST_C, SLICE, BLOCK_M, BLOCK_N)
+    elif HAS_DROPOUT:
+        dp = dw * _z_scale(keep_scale, HAS_DROPOUT)
     else:
         dp = dw
     ds = p * (dp - delta[:, None])
@@ -510,7 +556,7 @@ def _dq_tile(
         if FAR_TILE:
             dc_far += tl.sum(dw * p)
         else:
-            _add_diagonal_sums(dw * p, DC, start_m - start_n, LAST_C, BLOCK_M, BLOCK_N, 1)
+            _add_diagonal_sums(dw * p, DC, start_m - start_n, LAST_C, BLOCK_M, BLOCK_N, 1, _z_scale(keep_scale, HAS_DROPOUT))
     return dq, db_far, dc_far
 
 
@@ -524,12 +570,16 @@ def _backward_dq_kernel(
     stride_bias_h, stride_c_h, stride_pad_b,
     H, T, LAST_B, LAST_C, FAR, qk_scale, log2e, keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr,
+    BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr, FAR_SUMS: tl.constexpr, BLOCK_M_F: tl.constexpr,
+    BLOCK_N_F: tl.constexpr,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr, ACC: tl.constexpr, EXP2: tl.constexpr,
 ):
     """One program: dQ for BLOCK_M queries of one (batch, head), the last (most keys) first; dQ is laid
-    out like Q."""
+    out like Q.
+
+    ``FAR_SUMS``: the far tiles are the forward's (its tiles ``BLOCK_M_F`` x ``BLOCK_N_F``, multiples of
+    these), and their table gradients come from the delta kernel, so they add none here."""
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     bh = tl.program_id(1)
     b = tl.cast(bh // H, tl.int64)
@@ -558,16 +608,20 @@ def _backward_dq_kernel(
     DC += h * stride_c_h
     SLICE: tl.constexpr = 2 * max(BLOCK_M, BLOCK_N)
     b_far, c_far = _far_values(BIAS, CTAB, LAST_B, LAST_C, log2e, HAS_BIAS, HAS_C, ACC)
+    c_far = c_far * _z_scale(keep_scale, HAS_DROPOUT)  # C ⊙ keep_scale of far tiles (dropout)
     db_far = tl.zeros([1, 1], ACC)  # the far tiles' gradients of b[LAST_B], c[LAST_C]
     dc_far = tl.zeros([1, 1], ACC)
     dq = tl.zeros([BLOCK_M, BLOCK_D], ACC)
     far, below = _key_tile_ranges(start_m, FAR, BLOCK_N)
+    if FAR_SUMS:  # the forward tile holding these rows decides which keys are far
+        far = _key_tile_ranges((start_m // BLOCK_M_F) * BLOCK_M_F, FAR, BLOCK_N_F)[0]
     for start_n in range(0, far, BLOCK_N):
         dq, db_far, dc_far = _dq_tile(
             dq, db_far, dc_far, q, do, m, l, delta, K, V, BIAS, CTAB, PAD, DBIAS, DC, seed, rows, offs_n, dims,
             start_m, start_n, bh, stride_kt, stride_kd, stride_vt, stride_vd, T, LAST_B, LAST_C, b_far, c_far, D,
-            qk_scale, log2e, keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD,
-            False, True, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
+            qk_scale, log2e, keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT,
+            BIAS_GRAD and not FAR_SUMS, C_GRAD and not FAR_SUMS, False, True, BLOCK_M, BLOCK_N, SLICE, PRECISION,
+            ACC, EXP2)
     for start_n in range(far, below, BLOCK_N):
         dq, db_far, dc_far = _dq_tile(
             dq, db_far, dc_far, q, do, m, l, delta, K, V, BIAS, CTAB, PAD, DBIAS, DC, seed, rows, offs_n, dims,
@@ -580,19 +634,28 @@ def _backward_dq_kernel(
             start_m, start_n, bh, stride_kt, stride_kd, stride_vt, stride_vd, T, LAST_B, LAST_C, b_far, c_far, D,
             qk_scale, log2e, keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD,
             True, False, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
-    if BIAS_GRAD:
+    if BIAS_GRAD and not FAR_SUMS:
         _add_far_sum(DBIAS, LAST_B, db_far)
-    if C_GRAD:
-        _add_far_sum(DC, LAST_C, dc_far)
+    if C_GRAD and not FAR_SUMS:
+        _add_far_sum(DC, LAST_C, dc_far * _z_scale(keep_scale, HAS_DROPOUT))
     dq *= qk_scale / log2e  # scale
     tl.store(DQ + q_offsets, dq.to(DQ.dtype.element_ty), mask=row_mask)
 
 
 @triton.jit
-def _delta_kernel(O, DO, Delta, stride_ob, stride_oh, stride_ot, stride_od,
-                  stride_dob, stride_doh, stride_dot, stride_dod, H, T,
-                  D: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr):
-    """``Delta[bh, i] = dO_i . O_i`` for BLOCK rows of one (batch, head), in the accumulator's dtype."""
+def _delta_kernel(O, DO, Delta, FarOut, FarMax, FarSum, RowMax, RowSum, CTAB, DBIAS, DC,
+                  stride_ob, stride_oh, stride_ot, stride_od,
+                  stride_dob, stride_doh, stride_dot, stride_dod, stride_bias_h, stride_c_h, H, T, LAST_B, LAST_C,
+                  HAS_C: tl.constexpr, FAR_SUMS: tl.constexpr, BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr,
+                  D: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr,
+                  EXP2: tl.constexpr):
+    """``Delta[bh, i] = dO_i . O_i`` for BLOCK rows of one (batch, head), in the accumulator's dtype.
+
+    ``FAR_SUMS``: also the table gradients of the far tiles (which the dQ kernel then skips), from the
+    forward's far share: with ``P^far_i = FarSum_i e^(FarMax_i - m_i) / l_i`` (the row's softmax mass on
+    its far keys) and ``a_i = P^far_i dO_i . FarOut_i`` (= sum over far j of ``P_ij Z_ij dO_i . v_j``),
+    ``dc(last) += sum_i a_i`` and ``db(last) += sum_i (c(last) a_i - D_i P^far_i)``: one atomic per table.
+    """
     start = tl.program_id(0) * BLOCK
     bh = tl.program_id(1)
     b = tl.cast(bh // H, tl.int64)
@@ -606,7 +669,24 @@ def _delta_kernel(O, DO, Delta, stride_ob, stride_oh, stride_ot, stride_od,
                 + dims[None, :] * stride_od, mask=mask, other=0.0).to(ACC)
     do = tl.load(DO + b * stride_dob + h * stride_doh + first * stride_dot + offs[:, None] * stride_dot
                  + dims[None, :] * stride_dod, mask=mask, other=0.0).to(ACC)
-    tl.store(Delta + tl.cast(bh, tl.int64) * T + rows, tl.sum(o * do, 1), mask=rows < T)
+    delta = tl.sum(o * do, 1)
+    stats = tl.cast(bh, tl.int64) * T
+    tl.store(Delta + stats + rows, delta, mask=rows < T)
+    if FAR_SUMS:
+        g = tl.load(FarOut + (stats + first) * D + offs[:, None] * D + dims[None, :], mask=mask, other=0.0).to(ACC)
+        far_max = tl.load(FarMax + stats + rows, mask=rows < T, other=float("-inf"))
+        far_sum = tl.load(FarSum + stats + rows, mask=rows < T, other=0.0)
+        m = tl.load(RowMax + stats + rows, mask=rows < T, other=0.0)
+        l = tl.load(RowSum + stats + rows, mask=rows < T, other=1.0)
+        p_far = far_sum * _exp(far_max - m, EXP2) / l  # (BLOCK,): 0 where a row has no far keys
+        a = p_far * tl.sum(do * g, 1)
+        if C_GRAD:
+            _add_far_sum(DC + h * stride_c_h, LAST_C, tl.sum(a, 0, keep_dims=True))
+        if BIAS_GRAD:
+            c_far = 1.0
+            if HAS_C:
+                c_far = tl.load(CTAB + h * stride_c_h + LAST_C).to(ACC)
+            _add_far_sum(DBIAS + h * stride_bias_h, LAST_B, tl.sum(c_far * a - delta * p_far, 0, keep_dims=True))
 
 
 @triton.jit
@@ -630,27 +710,28 @@ def _dropout_mask_kernel(SEED, Out, T, keep_threshold, keep_scale, BLOCK: tl.con
 # a GPU with python -m benchmarks.fused_kernel --compile-check (all tables and padding on, with and without
 # dropout): the largest tiles that ptxas compiles without register spills under both tested tritons
 # (3.7.1, 3.9.0), with wgmma on sm_90 wherever there are tensor cores to use. The dK/dV tile holds 32 to
-# 128 keys; its query step is 16 at head dim 128 (32 spills on sm_90). "far_branch": dK/dV runs its near
-# and far tiles in one loop with a branch (on sm_90: two loops spill 8 bytes there, with dropout; one
-# loop spills on sm_80). 16-bit is checked on every architecture (sm_86 takes smaller dK/dV tiles than
-# sm_80's, which spill there); TF32 and float32 (not what training runs) on sm_90 only: TF32 at head dim
+# 128 keys; its query step is 16 at head dim 128 (32 spills on sm_90). dK/dV runs its near and far
+# tiles in two loops ("far_branch": True puts them in one loop with a branch, which spilled less before
+# round 4's dropout). dQ's tiles divide the forward's (the far share needs it). 16-bit is checked on
+# every architecture (sm_86 takes smaller dK/dV tiles than sm_80's, which spill there); TF32 and float32 (not what training runs) on sm_90 only: TF32 at head dim
 # 128 spills a little in dK/dV with any tile that keeps wgmma. Untimed: python -m benchmarks.fused_kernel
 # --blocks tries others on a GPU.
 GPU_BLOCKS = {
-    ("sm_90", "16-bit", 64): dict(forward=(128, 64, 8, 2), dkdv=(32, 128, 8, 2), dq=(64, 32, 4, 2), far_branch=True),
-    ("sm_90", "16-bit", 128): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(64, 16, 4, 2), far_branch=True),
+    ("sm_90", "16-bit", 64): dict(forward=(128, 64, 8, 2), dkdv=(32, 128, 8, 2), dq=(64, 32, 4, 2)),
+    ("sm_90", "16-bit", 128): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(64, 16, 4, 2)),
     ("sm_80", "16-bit", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 128, 8, 2), dq=(128, 16, 8, 2)),
-    ("sm_80", "16-bit", 128): dict(forward=(64, 32, 4, 2), dkdv=(16, 32, 8, 2), dq=(16, 32, 4, 2)),
+    ("sm_80", "16-bit", 128): dict(forward=(64, 32, 8, 2), dkdv=(16, 32, 8, 2), dq=(16, 32, 4, 1)),
     ("sm_86", "16-bit", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(128, 16, 8, 2)),
-    ("sm_86", "16-bit", 128): dict(forward=(64, 32, 4, 2), dkdv=(16, 32, 8, 2), dq=(16, 32, 4, 2)),
+    ("sm_86", "16-bit", 128): dict(forward=(64, 32, 8, 2), dkdv=(16, 32, 8, 2), dq=(16, 32, 4, 1)),
     ("sm_90", "tf32", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(128, 32, 8, 2)),
     ("sm_90", "tf32", 128): dict(forward=(128, 32, 8, 2), dkdv=(32, 64, 8, 2), dq=(64, 16, 8, 2)),
     ("sm_90", "float32", 64): dict(forward=(32, 32, 4, 2), dkdv=(16, 32, 4, 2), dq=(64, 32, 8, 2)),  # no tensor cores
     ("sm_90", "float32", 128): dict(forward=(32, 16, 4, 2), dkdv=(16, 32, 4, 2), dq=(32, 16, 4, 2)),
 }
 TABLE_GRADS = "dq"
-# Under the interpreter: small tiles, both shapes of dK/dQ tiles, so tests exercise both shears.
-INTERPRETER_BLOCKS = dict(forward=(16, 16, 1, 1), dkdv=(16, 32, 1, 1), dq=(32, 16, 1, 1), table_grads="dq")
+# Under the interpreter: small tiles, both shapes of dK/dQ tiles, so tests exercise both shears; dQ's
+# tiles divide the forward's, so that the far share (far_share_applies) runs by default.
+INTERPRETER_BLOCKS = dict(forward=(32, 16, 1, 1), dkdv=(16, 32, 1, 1), dq=(32, 16, 1, 1), table_grads="dq")
 
 
 def architecture(capability) -> str:
@@ -717,10 +798,38 @@ def _scores_base(dtype: torch.dtype):
     return (False, 1.0) if dtype == torch.float64 else (True, LOG2E)
 
 
+class FarShare(NamedTuple):
+    """The far tiles' share of each row, stored by the forward for the far table gradients (see
+    :func:`far_share_applies`): ``out`` ``(B * H, T, d)`` in q's dtype, ``row_max``, ``row_sum``
+    ``(B * H, T)`` in the accumulator's."""
+
+    out: torch.Tensor
+    row_max: torch.Tensor
+    row_sum: torch.Tensor
+
+    @staticmethod
+    def empty(q: torch.Tensor, row_max: torch.Tensor) -> "FarShare":
+        batch, heads, length, head_dim = q.shape
+        return FarShare(q.new_empty(batch * heads, length, head_dim), torch.empty_like(row_max), torch.empty_like(row_max))
+
+
+def far_share_applies(cfg: dict, length: int, bias=None, ctab=None, pad=None) -> bool:
+    """Whether the far tiles' table gradients come from the forward's far share (:class:`FarShare`, added
+    by the delta kernel) instead of sums inside the dQ kernel's far loop: with a table, table gradients
+    in the dQ kernel, no key padding (a padded key is in P's far share but passes no bias gradient), far
+    tiles at all, and dQ tiles that divide the forward's (so that both see the same keys as far)."""
+    if (bias is None and ctab is None) or pad is not None or cfg["table_grads"] != "dq":
+        return False
+    (fm, fn), (qm, qn) = _tiles(cfg, "forward")[:2], _tiles(cfg, "dq")[:2]
+    far = table_reach(length, bias, ctab)[2]
+    return fm % qm == 0 and fn % qn == 0 and far_tiles("forward", length, far, fm, fn) > 0
+
+
 def launch_forward(q, k, v, bias, ctab, pad, out, row_max, row_sum, scale: float, cfg: dict,
-                   dropout_p: float = 0.0, seed: Optional[torch.Tensor] = None) -> None:
+                   dropout_p: float = 0.0, seed: Optional[torch.Tensor] = None,
+                   far: Optional[FarShare] = None) -> None:
     """Run the forward kernel: ``out`` (laid out like ``q``), ``row_max`` (in base 2, except float64) and
-    ``row_sum`` ``(B * H, T)``.
+    ``row_sum`` ``(B * H, T)``; and the far tiles' share into ``far`` where given.
 
     ``bias``, ``ctab`` ``(H, n)`` (module doc) in the accumulator's dtype, ``pad`` ``(B, T)`` int8, or ``None``;
     ``seed`` a one-element int64 tensor when ``dropout_p > 0``.
@@ -733,32 +842,46 @@ def launch_forward(q, k, v, bias, ctab, pad, out, row_max, row_sum, scale: float
     block_m, block_n, warps, stages = _tiles(cfg, "forward")
     _forward_kernel[(triton.cdiv(length, block_m), batch * heads)](
         q, k, v, _or(bias, dummy), _or(ctab, dummy), _or(pad, dummy), _or(seed, dummy), out, row_max, row_sum,
+        *(far or (dummy, dummy, dummy)),
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
         _row_stride(bias), _row_stride(ctab), _row_stride(pad),
         heads, length, *table_reach(length, bias, ctab), scale * log2e, log2e, threshold, keep_scale,
         HAS_BIAS=bias is not None, HAS_C=ctab is not None, HAS_PAD=pad is not None, HAS_DROPOUT=dropout_p > 0,
-        D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=_block_d(head_dim),
+        FAR_SUMS=far is not None, D=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=_block_d(head_dim),
         PRECISION=_precision(q.dtype), ACC=acc_tl, EXP2=exp2, num_warps=warps, num_stages=stages,
     )
 
 
-def launch_delta(out, grad_out, delta) -> None:
-    """``delta`` ``(B * H, T)`` in the accumulator's dtype: ``D_i = dO_i . O_i``."""
+def launch_delta(out, grad_out, delta, far: Optional[FarShare] = None, row_max=None, row_sum=None, bias=None,
+                 ctab=None, d_bias=None, d_c=None) -> None:
+    """``delta`` ``(B * H, T)`` in the accumulator's dtype: ``D_i = dO_i . O_i``; with ``far`` (the
+    forward's), also add the far tiles' table gradients into ``d_bias``, ``d_c`` (those wanted), which
+    :func:`launch_backward` given the same ``far`` then leaves out."""
     batch, heads, length, head_dim = out.shape
     acc_tl, _ = _accumulator(out.dtype)
+    exp2, _ = _scores_base(out.dtype)
     block = 16 if out.device.type == "cpu" else 64
+    dummy = delta
+    last_b, last_c, _ = table_reach(length, bias, ctab)
     _delta_kernel[(triton.cdiv(length, block), batch * heads)](
-        out, grad_out, delta, *out.stride(), *grad_out.stride(), heads, length,
-        D=head_dim, BLOCK=block, BLOCK_D=_block_d(head_dim), ACC=acc_tl, num_warps=4 if block > 16 else 1,
+        out, grad_out, delta, *(far or (dummy, dummy, dummy)), _or(row_max, dummy), _or(row_sum, dummy),
+        _or(ctab, dummy), _or(d_bias, dummy), _or(d_c, dummy),
+        *out.stride(), *grad_out.stride(), _row_stride(bias), _row_stride(ctab), heads, length, last_b, last_c,
+        HAS_C=ctab is not None, FAR_SUMS=far is not None, BIAS_GRAD=far is not None and d_bias is not None,
+        C_GRAD=far is not None and d_c is not None,
+        D=head_dim, BLOCK=block, BLOCK_D=_block_d(head_dim), ACC=acc_tl, EXP2=exp2, num_warps=4 if block > 16 else 1,
     )
 
 
 def launch_backward(q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta, dq, dk, dv, d_bias, d_c,
-                    scale: float, cfg: dict, dropout_p: float = 0.0, seed: Optional[torch.Tensor] = None) -> None:
+                    scale: float, cfg: dict, dropout_p: float = 0.0, seed: Optional[torch.Tensor] = None,
+                    far: Optional[FarShare] = None) -> None:
     """Run the two backward kernels: ``dq``, ``dk``, ``dv`` (laid out like q, k, v), and add the table
     gradients into ``d_bias``, ``d_c`` (zeroed, laid out like ``bias``, ``ctab``; ``None``: not wanted).
 
-    ``delta`` ``(B * H, T)``: ``D_i = dO_i . O_i`` (:func:`launch_delta`).
+    ``delta`` ``(B * H, T)``: ``D_i = dO_i . O_i`` (:func:`launch_delta`). With ``far`` (the forward's, and
+    given to :func:`launch_delta`, which added the far tiles' table gradients) the dQ kernel adds only the
+    near tiles'.
     """
     batch, heads, length, head_dim = q.shape
     acc_tl, _ = _accumulator(q.dtype)
@@ -785,11 +908,14 @@ def launch_backward(q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta,
         BIAS_GRAD=bias_grad and not in_dq, C_GRAD=c_grad and not in_dq, FAR_BRANCH=cfg.get("far_branch", False),
         BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, **flags,
     )
+    if far is not None and not far_share_applies(cfg, length, bias, ctab, pad):
+        raise ValueError("far: the forward's far share applies only where far_share_applies says so")
+    forward_m, forward_n = _tiles(cfg, "forward")[:2]
     block_m, block_n, warps, stages = _tiles(cfg, "dq")
     _backward_dq_kernel[(triton.cdiv(length, block_m), batch * heads)](
         *inputs, dq, _or(d_bias, dummy), _or(d_c, dummy), *common,
-        BIAS_GRAD=bias_grad and in_dq, C_GRAD=c_grad and in_dq,
-        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, **flags,
+        BIAS_GRAD=bias_grad and in_dq, C_GRAD=c_grad and in_dq, FAR_SUMS=far is not None,
+        BLOCK_M_F=forward_m, BLOCK_N_F=forward_n, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, **flags,
     )
 
 
@@ -802,11 +928,15 @@ def table_reach(length: int, bias=None, ctab=None):
     return last[0], last[1], max(present) if present else length
 
 
-def far_tiles(kernel: str, length: int, far: int, block_m: int, block_n: int) -> int:
+def far_tiles(kernel: str, length: int, far: int, block_m: int, block_n: int, forward_tiles=None) -> int:
     """How many (query tile, key tile) pairs of one (batch, head) ``kernel`` ("forward", "dq" or "dkdv")
     runs as far tiles at ``FAR = far``, with tiles of ``block_m`` queries and ``block_n`` keys: the
     kernels' own loop bounds (forward and dQ: key tiles before ``max(start_m - FAR + 1, 0) // BLOCK_N``
-    tiles; dK/dV: query tiles from ``ceil((start_n + BLOCK_N - 1 + FAR) / BLOCK_M)`` on)."""
+    tiles; dK/dV: query tiles from ``ceil((start_n + BLOCK_N - 1 + FAR) / BLOCK_M)`` on). dQ with the far
+    share (``forward_tiles``, the forward's ``(BLOCK_M, BLOCK_N)``): the keys its forward tile ran as far."""
+    if kernel == "dq" and forward_tiles is not None:
+        fm, fn = forward_tiles
+        return sum(max((start_m // fm) * fm - far + 1, 0) // fn * fn // block_n for start_m in range(0, length, block_m))
     if kernel in ("forward", "dq"):
         return sum(max(start_m - far + 1, 0) // block_n for start_m in range(0, length, block_m))
     total = 0
@@ -884,8 +1014,10 @@ class FusedCausalURPEAttention(torch.autograd.Function):
         out = _like(q)
         row_max = torch.empty(batch * heads, length, device=q.device, dtype=acc_torch)
         row_sum = torch.empty_like(row_max)
-        launch_forward(q, k, v, bias, ctab, pad, out, row_max, row_sum, scale, cfg, dropout_p, seed)
-        ctx.save_for_backward(q, k, v, out, bias, ctab, pad, row_max, row_sum, seed)
+        tables_learn = (bias is not None and ctx.needs_input_grad[3]) or (ctab is not None and ctx.needs_input_grad[4])
+        far = FarShare.empty(q, row_max) if tables_learn and far_share_applies(cfg, length, bias, ctab, pad) else None
+        launch_forward(q, k, v, bias, ctab, pad, out, row_max, row_sum, scale, cfg, dropout_p, seed, far)
+        ctx.save_for_backward(q, k, v, out, bias, ctab, pad, row_max, row_sum, seed, *(far or (None, None, None)))
         ctx.table_dtypes = (
             bias_by_distance.dtype if bias_by_distance is not None else None,
             c_by_distance.dtype if c_by_distance is not None else None,
@@ -895,17 +1027,16 @@ class FusedCausalURPEAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, out, bias, ctab, pad, row_max, row_sum, seed = ctx.saved_tensors
-        batch, heads, length, head_dim = q.shape
-        _, acc_torch = _accumulator(q.dtype)
+        q, k, v, out, bias, ctab, pad, row_max, row_sum, seed, *far = ctx.saved_tensors
+        far = FarShare(*far) if far[0] is not None else None
         grad_out = _kernel_layout(grad_out)
         delta = torch.empty_like(row_max)  # (B * H, T): D_i
-        launch_delta(out, grad_out, delta)
-        dq, dk, dv = _like(q), _like(k), _like(v)
         d_bias = torch.zeros_like(bias) if bias is not None and ctx.needs_input_grad[3] else None  # (H, n)
         d_c = torch.zeros_like(ctab) if ctab is not None and ctx.needs_input_grad[4] else None
+        launch_delta(out, grad_out, delta, far, row_max, row_sum, bias, ctab, d_bias, d_c)
+        dq, dk, dv = _like(q), _like(k), _like(v)
         launch_backward(q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta, dq, dk, dv, d_bias, d_c,
-                        ctx.scale, ctx.cfg, ctx.dropout_p, seed)
+                        ctx.scale, ctx.cfg, ctx.dropout_p, seed, far)
         bias_dtype, c_dtype = ctx.table_dtypes
         return (
             dq, dk, dv,

@@ -5,6 +5,7 @@ equal the reference and the attention module's dense path fed that same mask, fo
 gradient, and the mask must keep 1 - p of the entries, independently of each other.
 """
 
+import numpy as np
 import pytest
 import torch
 
@@ -74,6 +75,33 @@ def test_dropout_mask_keeps_one_minus_p_independently_and_follows_the_seed():
     small = attention_dropout_mask(torch.tensor([5]), 1, 1, 40, p)
     assert torch.equal(small, attention_dropout_mask(torch.tensor([5]), 1, 1, 40, p))
     assert not torch.equal(small, attention_dropout_mask(torch.tensor([6]), 1, 1, 40, p))
+
+
+def philox_4x32_7(counters, key):
+    """Random123's Philox-4x32 with 7 rounds, on numpy uint32 arrays: ``counters`` (4, ...), ``key`` (2,)."""
+    c0, c1, c2, c3 = (np.asarray(c, dtype=np.uint64) for c in counters)
+    k0, k1 = np.uint64(key[0]), np.uint64(key[1])
+    low = np.uint64(0xFFFFFFFF)
+    for _ in range(7):
+        p0, p1 = np.uint64(0xD2511F53) * c0, np.uint64(0xCD9E8D57) * c2  # exact: 32 x 32 bits in 64
+        c0, c1, c2, c3 = (p1 >> np.uint64(32)) ^ c1 ^ k0, p1 & low, (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & low
+        k0, k1 = (k0 + np.uint64(0x9E3779B9)) & low, (k1 + np.uint64(0xBB67AE85)) & low
+    return c0, c1, c2, c3
+
+
+@pytest.mark.parametrize("seed", [987654321987, 2**62 - 12345])
+def test_dropout_mask_is_philox_4x32_7_at_the_documented_counters(seed):
+    """Against Random123's Philox written out here: entry (i, j) of head bh draws byte j % 4 of word
+    (j % 16) // 4 of the call at counters (j // 16, i, bh, 0), key (seed's low 32 bits, its high ones)."""
+    batch, heads, length, p = 2, 3, 37, 0.3
+    z = attention_dropout_mask(torch.tensor([seed]), batch, heads, length, p).reshape(batch * heads, length, length)
+    bh, i, j = np.meshgrid(np.arange(batch * heads), np.arange(length), np.arange(length), indexing="ij")
+    words = philox_4x32_7((j // 16, i, bh, np.zeros_like(j)), (seed & 0xFFFFFFFF, seed >> 32))
+    word = np.choose((j % 16) // 4, words)
+    uniform = (word >> (8 * (j % 4)).astype(np.uint64)) & np.uint64(0xFF)
+    threshold, keep_scale = kernel.dropout_keep(p)
+    want = np.where(uniform >= threshold, np.float32(keep_scale), np.float32(0.0))
+    np.testing.assert_array_equal(z.numpy(), want)
 
 
 def test_seed_comes_from_torchs_generator():

@@ -94,6 +94,33 @@ def test_far_tiles_with_padding_and_dropout():
     check(70, 18, 25, padding=True, dropout_p=0.25, seed=2)
 
 
+def test_far_table_gradients_come_from_the_forwards_far_share_where_it_applies(monkeypatch):
+    """Without padding, with the table gradients in dQ and dQ tiles dividing the forward's, the far
+    tiles' table gradients come from the forward's far share (the delta kernel adds them, dQ's far loop
+    skips them); otherwise from sums in dQ's far loop. Both against the dense expansion."""
+    cfg, b, c = dict(INTERPRETER_BLOCKS), torch.zeros(2, 20), torch.zeros(2, 33)
+    square = dict(cfg, forward=(16, 16, 1, 1))  # dQ's 32 rows span two forward tiles
+    assert kernel.far_share_applies(cfg, 77, b, c) and kernel.far_share_applies(cfg, 77, None, c)
+    assert not kernel.far_share_applies(cfg, 77, b, c, pad=torch.zeros(2, 77))
+    assert not kernel.far_share_applies(square, 77, b, c)
+    assert not kernel.far_share_applies(dict(cfg, table_grads="dkdv"), 77, b, c)
+    assert not kernel.far_share_applies(cfg, 40, torch.zeros(2, 64), None)  # no far tiles
+    assert not kernel.far_share_applies(cfg, 77)  # no tables
+    shares, delta = [], kernel.launch_delta
+
+    def launch_delta(*args, **kwargs):
+        shares.append(args[3] if len(args) > 3 else kwargs.get("far"))
+        return delta(*args, **kwargs)
+
+    monkeypatch.setattr(kernel, "launch_delta", launch_delta)
+    check(77, 20, 33, seed=4)
+    check(77, 20, 33, dropout_p=0.25, seed=5)  # Z inside the share
+    check(77, 20, 33, blocks=square, seed=6)
+    check(77, 20, 33, padding=True, seed=7)
+    assert [share is not None for share in shares] == [True, True, False, False]
+    assert all(share.row_sum.gt(0).any() for share in shares[:2])  # rows with far keys
+
+
 def test_tables_longer_than_the_sequence_read_only_their_first_t_entries():
     b, c = check(40, 64, 50, seed=3)
     assert table_reach(40, b, c) == (39, 39, 39)  # no far tiles: the last distance is 39

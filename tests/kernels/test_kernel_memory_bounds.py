@@ -123,3 +123,34 @@ def test_kernels_stay_inside_their_tensors(length, tables, placement, access_che
     errors = sorted(set(access_check["outside"])) + g.damaged()
     assert not errors, "\n".join(errors)
     assert torch.isfinite(out).all() and torch.isfinite(dq).all() and torch.isfinite(dk).all()
+
+
+@pytest.mark.parametrize("length", [129, 333])
+def test_the_far_share_and_its_table_gradients_stay_inside_their_tensors(length, access_check):
+    """Without padding, with tables shorter than the sequence (far tiles): the forward's far share
+    (``FarShare``), the delta kernel that adds the far tiles' table gradients, and dQ without them."""
+    dtype, batch, n = torch.float32, 2, 20
+    torch.manual_seed(length)
+    g = GuardedTensors()
+    shape = (batch, HEADS, length, HEAD_DIM)
+    q, k, v, grad_out = (g.new(name, shape, dtype, randn) for name in ("q", "k", "v", "dO"))
+    bias, ctab = (g.new(name, (HEADS, n), dtype, randn) for name in ("bias", "C"))
+    out = g.new("out", shape, dtype, zeros)
+    row_max, row_sum, delta = (g.new(name, (batch * HEADS, length), dtype, zeros) for name in ("row max", "row sum", "delta"))
+    far = kernel.FarShare(g.new("far out", (batch * HEADS, length, HEAD_DIM), dtype, zeros),
+                          *(g.new(name, (batch * HEADS, length), dtype, zeros) for name in ("far max", "far sum")))
+    dq, dk, dv = (g.new(name, shape, dtype, zeros) for name in ("dQ", "dK", "dV"))
+    d_bias, d_c = (g.new(name, (HEADS, n), dtype, zeros) for name in ("bias gradient", "C gradient"))
+    cfg = kernel.gpu_blocks(HEAD_DIM, torch.bfloat16)
+    assert kernel.far_share_applies(cfg, length, bias, ctab)
+    access_check["extents"] = g.extents()
+
+    kernel.launch_forward(q, k, v, bias, ctab, None, out, row_max, row_sum, 0.25, cfg, far=far)
+    kernel.launch_delta(out, grad_out, delta, far, row_max, row_sum, bias, ctab, d_bias, d_c)
+    kernel.launch_backward(q, k, v, bias, ctab, None, grad_out, row_max, row_sum, delta, dq, dk, dv, d_bias, d_c,
+                           0.25, cfg, far=far)
+
+    assert access_check["checked"] > 0
+    errors = sorted(set(access_check["outside"])) + g.damaged()
+    assert not errors, "\n".join(errors)
+    assert far.row_sum.gt(0).any() and torch.isfinite(far.out).all() and torch.isfinite(d_c).all()
