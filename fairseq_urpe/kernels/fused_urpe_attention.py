@@ -24,7 +24,8 @@ follow the dense attention in ``fairseq_urpe/modules/relative_multihead_attentio
 finite float32 rather than -inf, so a query whose visible keys are all padding averages them uniformly
 and stays finite, and no gradient flows into their scores. Attention dropout follows it too: applied to
 ``P ⊙ C``; its mask comes from Philox-4x32-7 (counter-based, one seed per call, 8 random bits per entry,
-one call per 16 keys, 7 rounds, as FlashAttention-2 does), so the backward kernels regenerate it instead of storing it. The
+one call per 16 keys, 7 rounds, as FlashAttention-2 does), so the backward kernels regenerate it
+instead of storing it. The
 rate is ``p`` rounded to a multiple of 1/256 and kept entries are scaled by the exact inverse of the keep
 probability, ``256 / (256 - round(256 p))``, so ``E[Z] = 1`` exactly (up to float32 rounding of the scale).
 
@@ -85,7 +86,8 @@ def _dropout_keep(seed, bh, rows, start_n, keep_threshold, M: tl.constexpr, N: t
     c1 = rows[:, None] + c0 * 0
     zero = c0 * 0
     w0, w1, w2, w3 = tl.philox(seed, c0, c1, zero + bh, zero, PHILOX_ROUNDS)
-    words = tl.join(tl.join(w0, w2), tl.join(w1, w3))  # (M, G, 2, 2): join stacks on a new last axis, so [a, b] = w_(2a + b)
+    # (M, G, 2, 2): join stacks on a new last axis, so [a, b] = w_(2a + b)
+    words = tl.join(tl.join(w0, w2), tl.join(w1, w3))
     # Byte b is kept when it is >= t, that is when the word shifted left by 24 - 8 b (byte b on top, the
     # bytes below it under it) is >= t * 2^24, unsigned: no shift right and mask per byte.
     shifts = (24 - tl.arange(0, 4) * 8).to(tl.uint32)
@@ -392,7 +394,8 @@ def _dkdv_tile(
         if FAR_TILE:
             dc_far += tl.sum(dw * p)
         else:
-            _add_diagonal_sums(dw * p, DC, start_m - start_n, LAST_C, BLOCK_N, BLOCK_M, -1, _z_scale(keep_scale, HAS_DROPOUT))
+            _add_diagonal_sums(dw * p, DC, start_m - start_n, LAST_C, BLOCK_N, BLOCK_M, -1,
+                               _z_scale(keep_scale, HAS_DROPOUT))
     return dk, dv, db_far, dc_far
 
 
@@ -556,7 +559,8 @@ def _dq_tile(
         if FAR_TILE:
             dc_far += tl.sum(dw * p)
         else:
-            _add_diagonal_sums(dw * p, DC, start_m - start_n, LAST_C, BLOCK_M, BLOCK_N, 1, _z_scale(keep_scale, HAS_DROPOUT))
+            _add_diagonal_sums(dw * p, DC, start_m - start_n, LAST_C, BLOCK_M, BLOCK_N, 1,
+                               _z_scale(keep_scale, HAS_DROPOUT))
     return dq, db_far, dc_far
 
 
@@ -713,9 +717,9 @@ def _dropout_mask_kernel(SEED, Out, T, keep_threshold, keep_scale, BLOCK: tl.con
 # 128 keys; its query step is 16 at head dim 128 (32 spills on sm_90). dK/dV runs its near and far
 # tiles in two loops ("far_branch": True puts them in one loop with a branch, which spilled less before
 # round 4's dropout). dQ's tiles divide the forward's (the far share needs it). 16-bit is checked on
-# every architecture (sm_86 takes smaller dK/dV tiles than sm_80's, which spill there); TF32 and float32 (not what training runs) on sm_90 only: TF32 at head dim
-# 128 spills a little in dK/dV with any tile that keeps wgmma. Untimed: python -m benchmarks.fused_kernel
-# --blocks tries others on a GPU.
+# every architecture (sm_86 takes smaller dK/dV tiles than sm_80's, which spill there); TF32 and float32
+# (not what training runs) on sm_90 only: TF32 at head dim 128 spills a little in dK/dV with any tile
+# that keeps wgmma. Untimed: python -m benchmarks.fused_kernel --blocks tries others on a GPU.
 GPU_BLOCKS = {
     ("sm_90", "16-bit", 64): dict(forward=(128, 64, 8, 2), dkdv=(32, 128, 8, 2), dq=(64, 32, 4, 2)),
     ("sm_90", "16-bit", 128): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(64, 16, 4, 2)),
@@ -810,7 +814,8 @@ class FarShare(NamedTuple):
     @staticmethod
     def empty(q: torch.Tensor, row_max: torch.Tensor) -> "FarShare":
         batch, heads, length, head_dim = q.shape
-        return FarShare(q.new_empty(batch * heads, length, head_dim), torch.empty_like(row_max), torch.empty_like(row_max))
+        out = q.new_empty(batch * heads, length, head_dim)
+        return FarShare(out, torch.empty_like(row_max), torch.empty_like(row_max))
 
 
 def far_share_applies(cfg: dict, length: int, bias=None, ctab=None, pad=None) -> bool:
@@ -915,7 +920,8 @@ def launch_backward(q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta,
     _backward_dq_kernel[(triton.cdiv(length, block_m), batch * heads)](
         *inputs, dq, _or(d_bias, dummy), _or(d_c, dummy), *common,
         BIAS_GRAD=bias_grad and in_dq, C_GRAD=c_grad and in_dq, FAR_SUMS=far is not None,
-        BLOCK_M_F=forward_m, BLOCK_N_F=forward_n, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, **flags,
+        BLOCK_M_F=forward_m, BLOCK_N_F=forward_n, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
+        num_stages=stages, **flags,
     )
 
 
@@ -936,7 +942,8 @@ def far_tiles(kernel: str, length: int, far: int, block_m: int, block_n: int, fo
     share (``forward_tiles``, the forward's ``(BLOCK_M, BLOCK_N)``): the keys its forward tile ran as far."""
     if kernel == "dq" and forward_tiles is not None:
         fm, fn = forward_tiles
-        return sum(max((start_m // fm) * fm - far + 1, 0) // fn * fn // block_n for start_m in range(0, length, block_m))
+        return sum(max((start_m // fm) * fm - far + 1, 0) // fn * fn // block_n
+                   for start_m in range(0, length, block_m))
     if kernel in ("forward", "dq"):
         return sum(max(start_m - far + 1, 0) // block_n for start_m in range(0, length, block_m))
     total = 0
@@ -1004,7 +1011,8 @@ class FusedCausalURPEAttention(torch.autograd.Function):
     """Autograd wrapper of the Triton kernels; use :func:`fused_causal_urpe_attention`."""
 
     @staticmethod
-    def forward(ctx, q, k, v, bias_by_distance, c_by_distance, key_padding_mask, scale, dropout_p, seed, blocks):
+    def forward(ctx, q, k, v, bias_by_distance, c_by_distance, key_padding_mask, scale, dropout_p, seed, blocks,
+                tables_learn):
         batch, heads, length, head_dim = q.shape
         _, acc_torch = _accumulator(q.dtype)
         cfg = _blocks(q.device, head_dim, q.dtype, blocks)
@@ -1014,7 +1022,6 @@ class FusedCausalURPEAttention(torch.autograd.Function):
         out = _like(q)
         row_max = torch.empty(batch * heads, length, device=q.device, dtype=acc_torch)
         row_sum = torch.empty_like(row_max)
-        tables_learn = (bias is not None and ctx.needs_input_grad[3]) or (ctab is not None and ctx.needs_input_grad[4])
         far = FarShare.empty(q, row_max) if tables_learn and far_share_applies(cfg, length, bias, ctab, pad) else None
         launch_forward(q, k, v, bias, ctab, pad, out, row_max, row_sum, scale, cfg, dropout_p, seed, far)
         ctx.save_for_backward(q, k, v, out, bias, ctab, pad, row_max, row_sum, seed, *(far or (None, None, None)))
@@ -1042,7 +1049,7 @@ class FusedCausalURPEAttention(torch.autograd.Function):
             dq, dk, dv,
             d_bias.to(bias_dtype) if d_bias is not None else None,
             d_c.to(c_dtype) if d_c is not None else None,
-            None, None, None, None, None,
+            None, None, None, None, None, None,
         )
 
 
@@ -1105,5 +1112,9 @@ def fused_causal_urpe_attention(
     # or gapped views (e.g. expanded k, v) dense first, and views whose tile offsets overflow int32.
     q, k, v = (_kernel_layout(x) for x in (q, k, v))
     scale = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+    # Whether a backward will want table gradients (then the forward stores the far share); inside the
+    # autograd Function grad mode is off and needs_input_grad ignores torch.no_grad(), so decide here.
+    tables = (bias_by_distance, c_by_distance)
+    tables_learn = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tables)
     return FusedCausalURPEAttention.apply(q, k, v, bias_by_distance, c_by_distance, key_padding_mask, scale,
-                                          float(dropout_p), seed, blocks)
+                                          float(dropout_p), seed, blocks, tables_learn)

@@ -113,11 +113,25 @@ def test_far_table_gradients_come_from_the_forwards_far_share_where_it_applies(m
         return delta(*args, **kwargs)
 
     monkeypatch.setattr(kernel, "launch_delta", launch_delta)
+    stored, forward = [], kernel.launch_forward
+
+    def launch_forward(*args, **kwargs):
+        stored.append((args[13] if len(args) > 13 else kwargs.get("far")) is not None)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(kernel, "launch_forward", launch_forward)
+    q, k, v = (torch.randn(1, 2, 77, 16, dtype=torch.float64) for _ in range(3))
+    learned = [torch.randn(2, n, dtype=torch.float64, requires_grad=True) for n in (20, 33)]
+    with torch.no_grad():  # evaluation: no backward, so no far share stored
+        fused_causal_urpe_attention(q, k, v, *learned, scale=0.25)
+    fused_causal_urpe_attention(q, k, v, *(t.detach() for t in learned), scale=0.25)  # tables frozen
+    assert stored == [False, False]
     check(77, 20, 33, seed=4)
     check(77, 20, 33, dropout_p=0.25, seed=5)  # Z inside the share
     check(77, 20, 33, blocks=square, seed=6)
     check(77, 20, 33, padding=True, seed=7)
     assert [share is not None for share in shares] == [True, True, False, False]
+    assert stored[2:] == [True, True, False, False]
     assert all(share.row_sum.gt(0).any() for share in shares[:2])  # rows with far keys
 
 
