@@ -89,10 +89,8 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
                   D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), PRECISION=precision, ACC=tl.float32,
                   EXP2=True)
     in_dq = cfg["table_grads"] == "dq"
-    # The forward's far share (issue 16, round 4) where the kernel has it and a long sequence would use it:
-    # no padding, a table, table gradients in dQ, dQ tiles dividing the forward's.
-    far_share = (hasattr(kernel, "far_share_applies") and not padding and any(tables) and in_dq
-                 and all(f % d == 0 for f, d in zip(cfg["forward"][:2], cfg["dq"][:2])))
+    # The forward's far share (issue 16, round 4) where the kernel has it and a long sequence would use it.
+    far_share = hasattr(kernel, "far_share_fits") and kernel.far_share_fits(cfg, any(tables), padding)
     jobs = {
         "forward": (kernel._forward_kernel, cfg["forward"], dict(FAR_SUMS=far_share)),
         "dkdv": (kernel._backward_dkdv_kernel, cfg["dkdv"],

@@ -108,6 +108,20 @@ def _z_scale(keep_scale, HAS_DROPOUT: tl.constexpr):
 
 
 @triton.jit
+def _c_times_keep_scale(CTAB, c_far, first, distance, LAST_C, keep_scale, HAS_C: tl.constexpr,
+                        HAS_DROPOUT: tl.constexpr, FAR_TILE: tl.constexpr, SLICE: tl.constexpr, M: tl.constexpr,
+                        N: tl.constexpr):
+    """``C ⊙ keep_scale`` of a backward tile (M, N), for HAS_C or HAS_DROPOUT: the scalar ``c_far`` (which
+    carries the scale already) on far tiles, else the table's slice scaled (``keep_scale`` alone without C)."""
+    if FAR_TILE:
+        return c_far
+    elif HAS_C:
+        return _table_tile(CTAB, first, distance, LAST_C, SLICE, M, N, _z_scale(keep_scale, HAS_DROPOUT))
+    else:
+        return _z_scale(keep_scale, HAS_DROPOUT)
+
+
+@triton.jit
 def _load_seed(SEED, HAS_DROPOUT: tl.constexpr):
     if HAS_DROPOUT:
         seed = tl.load(SEED)
@@ -367,15 +381,9 @@ def _dkdv_tile(
         keep = tl.trans(_dropout_keep(seed, bh, rows, start_n, keep_threshold, BLOCK_M, BLOCK_N))
         dw = tl.where(keep, dw, 0.0)
         w = tl.where(keep, p, 0.0)
-    if HAS_C or HAS_DROPOUT:  # c = C ⊙ keep_scale (c_far carries the scale already)
-        if FAR_TILE:
-            c = c_far
-        elif not HAS_C:
-            c = _z_scale(keep_scale, HAS_DROPOUT)
-        elif HAS_DROPOUT:
-            c = _table_tile(CTAB, first, distance, LAST_C, SLICE, BLOCK_N, BLOCK_M, _z_scale(keep_scale, HAS_DROPOUT))
-        else:
-            c = _table_tile(CTAB, first, distance, LAST_C, SLICE, BLOCK_N, BLOCK_M)
+    if HAS_C or HAS_DROPOUT:
+        c = _c_times_keep_scale(CTAB, c_far, first, distance, LAST_C, keep_scale, HAS_C, HAS_DROPOUT, FAR_TILE,
+                                SLICE, BLOCK_N, BLOCK_M)
         w = w * c
         dp = dw * c
     else:
@@ -536,14 +544,9 @@ def _dq_tile(
     dw = tl.dot(do, tl.trans(v), input_precision=PRECISION, out_dtype=ACC)
     if HAS_DROPOUT:  # Z / keep_scale: the scale rides on c
         dw = tl.where(_dropout_keep(seed, bh, rows, start_n, keep_threshold, BLOCK_M, BLOCK_N), dw, 0.0)
-    if FAR_TILE and (HAS_C or HAS_DROPOUT):  # c_far carries the scale already
-        dp = dw * c_far
-    elif HAS_C and HAS_DROPOUT:
-        dp = dw * _table_tile(CTAB, first, distance, LAST_C, SLICE, BLOCK_M, BLOCK_N, _z_scale(keep_scale, HAS_DROPOUT))
-    elif HAS_C:
-        dp = dw * _table_tile(CTAB, first, distance, LAST_C, SLICE, BLOCK_M, BLOCK_N)
-    elif HAS_DROPOUT:
-        dp = dw * _z_scale(keep_scale, HAS_DROPOUT)
+    if HAS_C or HAS_DROPOUT:
+        dp = dw * _c_times_keep_scale(CTAB, c_far, first, distance, LAST_C, keep_scale, HAS_C, HAS_DROPOUT,
+                                      FAR_TILE, SLICE, BLOCK_M, BLOCK_N)
     else:
         dp = dw
     ds = p * (dp - delta[:, None])
@@ -818,16 +821,22 @@ class FarShare(NamedTuple):
         return FarShare(out, torch.empty_like(row_max), torch.empty_like(row_max))
 
 
+def far_share_fits(cfg: dict, tables: bool, padding: bool) -> bool:
+    """Whether the far share gives the right far table gradients under tiles ``cfg``: with a table, no key
+    padding (a padded key is in P's far share but passes no bias gradient), table gradients in the dQ
+    kernel, and dQ tiles that divide the forward's (so that both see the same keys as far)."""
+    (fm, fn), (qm, qn) = _tiles(cfg, "forward")[:2], _tiles(cfg, "dq")[:2]
+    return tables and not padding and cfg["table_grads"] == "dq" and fm % qm == 0 and fn % qn == 0
+
+
 def far_share_applies(cfg: dict, length: int, bias=None, ctab=None, pad=None) -> bool:
     """Whether the far tiles' table gradients come from the forward's far share (:class:`FarShare`, added
-    by the delta kernel) instead of sums inside the dQ kernel's far loop: with a table, table gradients
-    in the dQ kernel, no key padding (a padded key is in P's far share but passes no bias gradient), far
-    tiles at all, and dQ tiles that divide the forward's (so that both see the same keys as far)."""
-    if (bias is None and ctab is None) or pad is not None or cfg["table_grads"] != "dq":
+    by the delta kernel) instead of sums inside the dQ kernel's far loop: where it fits
+    (:func:`far_share_fits`) and the call has far tiles at all."""
+    if not far_share_fits(cfg, bias is not None or ctab is not None, pad is not None):
         return False
-    (fm, fn), (qm, qn) = _tiles(cfg, "forward")[:2], _tiles(cfg, "dq")[:2]
-    far = table_reach(length, bias, ctab)[2]
-    return fm % qm == 0 and fn % qn == 0 and far_tiles("forward", length, far, fm, fn) > 0
+    fm, fn = _tiles(cfg, "forward")[:2]
+    return far_tiles("forward", length, table_reach(length, bias, ctab)[2], fm, fn) > 0
 
 
 def launch_forward(q, k, v, bias, ctab, pad, out, row_max, row_sum, scale: float, cfg: dict,
@@ -913,8 +922,8 @@ def launch_backward(q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta,
         BIAS_GRAD=bias_grad and not in_dq, C_GRAD=c_grad and not in_dq, FAR_BRANCH=cfg.get("far_branch", False),
         BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, **flags,
     )
-    if far is not None and not far_share_applies(cfg, length, bias, ctab, pad):
-        raise ValueError("far: the forward's far share applies only where far_share_applies says so")
+    if far is not None and not far_share_fits(cfg, bias is not None or ctab is not None, pad is not None):
+        raise ValueError("far: the forward's far share gives wrong table gradients here (far_share_fits)")
     forward_m, forward_n = _tiles(cfg, "forward")[:2]
     block_m, block_n, warps, stages = _tiles(cfg, "dq")
     _backward_dq_kernel[(triton.cdiv(length, block_m), batch * heads)](
