@@ -38,11 +38,13 @@ def load(name: str, path: str = None):
 # TF32 products (what auto runs where torch allows TF32) and full-precision ones (what
 # --urpe-attention-impl fused forces). "plain": no tables, no padding, no dropout (the performance
 # model's stand-in for SDPA flash, docs/performance.md); "no padding": both tables, no key padding (a
-# language model's training batches: the model's prediction). sm_86: the 99 KB class (sm_86/87/89).
+# language model's training batches: the model's prediction; the far share, and dQ of far tiles in dK/dV
+# where the tiles ask for it). sm_86: the 99 KB class (sm_86/87/89).
 COMPILE_CONFIGS = [
     (90, "bf16", 64, False), (90, "bf16", 64, True), (90, "bf16", 128, False), (90, "bf16", 128, True),
     (90, "bf16", 64, False, "plain"), (90, "fp16", 128, True),
-    (90, "bf16", 64, False, "no padding"), (90, "bf16", 64, True, "no padding"),
+    (90, "bf16", 64, False, "no padding"), (90, "bf16", 64, True, "no padding"), (90, "bf16", 128, True, "no padding"),
+    (80, "bf16", 64, True, "no padding"), (86, "bf16", 64, True, "no padding"),
     (90, "fp32-tf32", 64, False), (90, "fp32", 64, False), (90, "fp32-tf32", 128, False),
     (80, "bf16", 64, False), (80, "bf16", 64, True), (80, "bf16", 128, True),
     (86, "bf16", 64, True), (86, "bf16", 128, True),
@@ -81,7 +83,7 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
             cfg.update(forward=(64, 64, 4), dkdv=(32, 64, 4), dq=(64, 32, 4))
     pointers = {name: f"*{element}" for name in ("Q", "K", "V", "DO", "O", "Out", "DQ", "DK", "DV", "FarOut")}
     pointers.update({name: "*fp32" for name in ("BIAS", "CTAB", "RowMax", "RowSum", "Delta", "DBIAS", "DC",
-                                                "FarMax", "FarSum")})
+                                                "FarMax", "FarSum", "FarDQ")})
     pointers["PAD"], pointers["SEED"] = "*i8", "*i64"
     scalars = {"scale": "fp32", "dropout_p": "fp32", "seed": "i64", "qk_scale": "fp32", "log2e": "fp32",
                "keep_scale": "fp32", "keep_threshold": "i32"}
@@ -91,14 +93,22 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
     in_dq = cfg["table_grads"] == "dq"
     # The forward's far share (issue 16, round 4) where the kernel has it and a long sequence would use it.
     far_share = hasattr(kernel, "far_share_fits") and kernel.far_share_fits(cfg, any(tables), padding)
+    # ... and the far tiles' dQ in the dK/dV kernel (round 5), on its grid
+    far_dq = far_share and hasattr(kernel, "far_dq_fits") and kernel.far_dq_fits(cfg)
+    dq_grid = kernel.far_dq_grid(cfg) if far_dq else cfg["dkdv"][:2]
     jobs = {
         "forward": (kernel._forward_kernel, cfg["forward"], dict(FAR_SUMS=far_share)),
         "dkdv": (kernel._backward_dkdv_kernel, cfg["dkdv"],
                  dict(BIAS_GRAD=tables[0] and not in_dq, C_GRAD=tables[1] and not in_dq,
-                      FAR_BRANCH=cfg.get("far_branch", False))),
+                      FAR_BRANCH=cfg.get("far_branch", False), FAR_DQ=far_dq, FAR_M=dq_grid[0],
+                      FAR_N=dq_grid[1])),
         "dq": (kernel._backward_dq_kernel, cfg["dq"], dict(BIAS_GRAD=tables[0] and in_dq, C_GRAD=tables[1] and in_dq,
-                                                           FAR_SUMS=far_share, BLOCK_M_F=cfg["forward"][0],
-                                                           BLOCK_N_F=cfg["forward"][1])),
+                                                           FAR_SUMS=far_share, FAR_DQ=far_dq,
+                                                           FAR_M=cfg["forward" if far_share else "dq"][0],
+                                                           FAR_N=cfg["forward" if far_share else "dq"][1],
+                                                           DQ_FAR_N=dq_grid[1] if far_dq else cfg["dq"][1],
+                                                           # the kernels before round 5
+                                                           BLOCK_M_F=cfg["forward"][0], BLOCK_N_F=cfg["forward"][1])),
         # delta = rowsum(dO ⊙ O) (no loop), and with the far share the far tiles' table gradients
         "delta": (kernel._delta_kernel, (64, 1, 4, 1), dict(BLOCK=64, FAR_SUMS=far_share, BIAS_GRAD=tables[0] and far_share,
                                                              C_GRAD=tables[1] and far_share)),
@@ -130,6 +140,8 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
                              **_ptxas_usage(ptx, capability), **ptx_instructions(ptx))
         if constexprs.get("FAR_SUMS") and name == "dq":  # its far tiles are the forward tile's (the model's count)
             results[name]["far_share"] = list(cfg["forward"][:2])
+        if constexprs.get("FAR_DQ"):  # dK/dV's far tiles on this grid add dQ; dQ's far loop runs the rest
+            results[name]["far_dq_grid"] = list(dq_grid)
         if "FAR_BRANCH" in constexprs:  # near and far tiles in one loop: its PTX loops are not one per kind
             results[name]["far_branch"] = bool(constexprs["FAR_BRANCH"])
         if report:

@@ -10,15 +10,19 @@ Per kernel and per iteration of its loop over tiles (one (BLOCK_M, BLOCK_N) tile
     cycles        = max(issue, tensor)
 
 summed over the causal tiles at L = 2048, each kind of tile with its own loop's count: far tiles (wholly
-at distances >= FAR, scalar tables), near tiles below the diagonal, and tiles on it. FAR is that of the
+at distances >= FAR, scalar tables), near tiles below the diagonal, and tiles on it; where the dK/dV
+kernel adds the far tiles' dQ (``far_dq_grid`` in the report), its far tiles are those on that grid and
+the dQ kernel runs none of them. FAR is that of the
 default ``transformer_lm_urpe``: T5's 32 buckets up to distance 128, constant from distance 113 on, for
 b and C alike (``constant_from``; the kernel reads the tables up to there). SDPA flash is modelled by the
 same kernels compiled without tables, padding or dropout ("plain", the Triton fused-attention tutorial's
 work per tile, which runs at FlashAttention-2's speed on Hopper to within ~15%). The ratio of the two
 sums is the prediction; the constants common to both (clock, SM count, batch x heads, issue efficiency)
 cancel. What it leaves out: the prologue and epilogue of each program, the delta kernel and table
-conversions (O(T) each, a few per cent at 2048), latency the warps cannot hide, and the atomics of the
-table gradients (per diagonal in near tiles, one per program for the far ones; relaxed).
+conversions (O(T) each, a few per cent at 2048), latency the warps cannot hide, and the cost of atomics
+beyond their instructions: those of the table gradients (per diagonal in near tiles, one per program
+for the far ones; relaxed) and the far tiles' dQ (float32, relaxed, 4 bytes per query row and head dim
+per far dK/dV tile: the same 2 bytes per entry as FlashAttention-2's backward, which adds all of dQ so).
 """
 
 import functools
@@ -77,13 +81,22 @@ def kernel_cycles(kernel: str, usage: dict, far=None, head_dim: int = HEAD_DIM, 
     if usage.get("far_branch"):  # one loop with a branch for near and far tiles: priced at its larger count
         per["near"] = per["far"] = max(loops[1:])
     below, on = iterations(kernel, block_m, block_n, length)
-    far_count = (_kernel_module().far_tiles(kernel, length, far, block_m, block_n, usage.get("far_share"))
-                 if far is not None else 0)
+    far_count = skipped = 0
+    if far is not None:
+        far_tiles = _kernel_module().far_tiles
+        # dQ's far tiles with the far share: the forward's; dK/dV's where they add dQ: on that grid
+        grid = usage.get("far_dq_grid") if kernel == "dkdv" else usage.get("far_share")
+        far_count = far_tiles(kernel, length, far, block_m, block_n, grid)
+        if kernel == "dq" and usage.get("far_dq_grid"):  # the far tiles whose dQ dK/dV added: not run here
+            skipped = far_tiles(kernel, length, far, block_m, block_n, usage["far_dq_grid"])
     if "far" not in per:  # a kernel without the far-tile loop runs its near loop there
         per["far"] = per["near"]
-    tensor = 2 * block_m * block_n * head_dim * PRODUCTS[kernel] / TENSOR_FLOP_PER_CYCLE
-    cycles = {role: max(warps * n / 4, tensor) for role, n in per.items()}
-    return far_count * cycles["far"] + (below - far_count) * cycles["near"] + on * cycles["on"]
+    products = {role: PRODUCTS[kernel] for role in per}
+    if kernel == "dkdv" and usage.get("far_dq_grid"):  # its far tiles' dS K as well
+        products["far"] += 1
+    cycles = {role: max(warps * n / 4, 2 * block_m * block_n * head_dim * products[role] / TENSOR_FLOP_PER_CYCLE)
+              for role, n in per.items()}
+    return (far_count - skipped) * cycles["far"] + (below - far_count) * cycles["near"] + on * cycles["on"]
 
 
 def predict(report_path: str = COMPILE_REPORT):

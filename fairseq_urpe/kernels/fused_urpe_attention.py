@@ -18,7 +18,9 @@ tables' last entries (*far* tiles: 77-84% of the tiles at T = 2048 with T5's def
 read one scalar per table and add their table gradients to one running scalar per table, one atomic per
 program; without key padding the forward instead stores the far tiles' share of each row (``FarShare``,
 ``O(T d)``), from which the delta kernel adds those gradients, so dQ's far tiles do no table work
-(``far_share_applies``). The other (*near*) tiles read their slice of each table with one gather, and
+(``far_share_applies``), and where the tiles say so (``far_dq_fits``) the dK/dV kernel, which computes
+dS on its far tiles anyway, adds their ``dS K`` to dQ by float32 atomics, as FlashAttention-2's backward
+adds all of dQ, so the dQ kernel skips them. The other (*near*) tiles read their slice of each table with one gather, and
 add per-diagonal sums. Padded keys
 follow the dense attention in ``fairseq_urpe/modules/relative_multihead_attention.py``: their score is the most negative
 finite float32 rather than -inf, so a query whose visible keys are all padding averages them uniformly
@@ -152,12 +154,14 @@ def _far_values(BIAS, CTAB, LAST_B, LAST_C, log2e, HAS_BIAS: tl.constexpr, HAS_C
 
 
 @triton.jit
-def _key_tile_ranges(start_m, FAR, BLOCK_N: tl.constexpr):
-    """``(far, below)`` for the query tile at ``start_m``: key tiles before ``far`` lie wholly at distances
-    ``>= FAR`` (``i - j >= FAR`` for every entry: ``start_n + BLOCK_N - 1 <= start_m - FAR``), those
-    before ``below`` wholly below the diagonal."""
+def _key_tile_ranges(start_m, FAR, BLOCK_N: tl.constexpr, FAR_M: tl.constexpr, FAR_N: tl.constexpr):
+    """``(far, below)`` for the query tile at ``start_m``: key tiles before ``below`` lie wholly below the
+    diagonal, those before ``far`` wholly at distances ``>= FAR``, decided on a grid of ``FAR_M x FAR_N``
+    blocks (multiples of the tiles; the tiles themselves by default): keys before ``far`` are the whole
+    ``FAR_N``-blocks with ``j <= q0 - FAR``, for ``q0`` the first row of the ``FAR_M``-block of ``start_m``,
+    so every kernel that uses one grid runs the same (i, j) as far."""
     below = ((start_m + 1) // BLOCK_N) * BLOCK_N
-    far = (tl.maximum(start_m - FAR + 1, 0) // BLOCK_N) * BLOCK_N
+    far = (tl.maximum((start_m // FAR_M) * FAR_M - FAR + 1, 0) // FAR_N) * FAR_N
     return far, below
 
 
@@ -262,7 +266,7 @@ def _forward_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), ACC)  # running row max of S (base 2)
     l_i = tl.zeros([BLOCK_M], ACC)  # running row sum of exp(S - m_i)
     acc = tl.zeros([BLOCK_M, BLOCK_D], ACC)  # running (exp(S - m_i) ⊙ C ⊙ Z) V
-    far, below = _key_tile_ranges(start_m, FAR, BLOCK_N)
+    far, below = _key_tile_ranges(start_m, FAR, BLOCK_N, BLOCK_M, BLOCK_N)
     for start_n in range(0, far, BLOCK_N):
         acc, m_i, l_i = _forward_tile(
             acc, m_i, l_i, q, K, V, BIAS, CTAB, PAD, seed, rows, offs_n, dims, start_m, start_n, bh,
@@ -344,11 +348,12 @@ def _add_far_sum(GRAD, LAST, total):
 
 @triton.jit
 def _dkdv_tile(
-    dk, dv, db_far, dc_far, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols, offs_m,
+    dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols, offs_m,
     dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
     T, LAST_B, LAST_C, b_far, c_far, D: tl.constexpr, qk_scale, log2e, keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr, CAUSAL_MASK: tl.constexpr, FAR_TILE: tl.constexpr,
+    FAR_DQ: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLICE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
     EXP2: tl.constexpr,
 ):
@@ -392,7 +397,12 @@ def _dkdv_tile(
     ds = p * (dp - delta[None, :])
     if HAS_PAD:
         ds = tl.where(padded[:, None], 0.0, ds)  # masked scores pass no gradient
-    dk += tl.dot(ds.to(q.dtype), q, input_precision=PRECISION, out_dtype=ACC)
+    ds_in = ds.to(q.dtype)
+    dk += tl.dot(ds_in, q, input_precision=PRECISION, out_dtype=ACC)
+    if FAR_DQ and FAR_TILE:  # this tile's share of dQ, dS K (unscaled), added to the sum dQ's kernel reads
+        # as (K^T dS^T)^T: the product's M is the head dim, 64 or more, as Hopper's wgmma wants
+        dq = tl.trans(tl.dot(tl.trans(k), ds_in, input_precision=PRECISION, out_dtype=ACC))  # (BLOCK_M, BLOCK_D)
+        tl.atomic_add(FarDQ + first_row * D + offs_m[:, None] * D + dims[None, :], dq, mask=row_mask, sem="relaxed")
     if BIAS_GRAD:
         if FAR_TILE:
             db_far += tl.sum(ds)
@@ -409,7 +419,7 @@ def _dkdv_tile(
 
 @triton.jit
 def _backward_dkdv_kernel(
-    Q, K, V, BIAS, CTAB, PAD, SEED, DO, RowMax, RowSum, Delta, DK, DV, DBIAS, DC,
+    Q, K, V, BIAS, CTAB, PAD, SEED, DO, RowMax, RowSum, Delta, DK, DV, DBIAS, DC, FarDQ,
     stride_qb, stride_qh, stride_qt, stride_qd,
     stride_kb, stride_kh, stride_kt, stride_kd,
     stride_vb, stride_vh, stride_vt, stride_vd,
@@ -417,8 +427,8 @@ def _backward_dkdv_kernel(
     stride_bias_h, stride_c_h, stride_pad_b,
     H, T, LAST_B, LAST_C, FAR, qk_scale, log2e, keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr, FAR_BRANCH: tl.constexpr,
-    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr, FAR_BRANCH: tl.constexpr, FAR_DQ: tl.constexpr,
+    FAR_M: tl.constexpr, FAR_N: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr, ACC: tl.constexpr, EXP2: tl.constexpr,
 ):
     """One program: BLOCK_N keys of one (batch, head), streaming over the queries that see them (those on
@@ -426,6 +436,10 @@ def _backward_dkdv_kernel(
 
     Accumulates dK and dV in registers (and, when asked, adds the tiles' diagonal sums to the table
     gradients). dK, dV are laid out like K, V (same strides).
+
+    ``FAR_DQ``: the far tiles are those on the grid ``FAR_M x FAR_N`` (``_key_tile_ranges``; the forward's
+    far tiles or fewer), and each adds its ``dS K`` (unscaled) to ``FarDQ`` ``(B * H, T, D)`` by relaxed
+    atomics, for the dQ kernel to read.
     """
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
@@ -452,6 +466,7 @@ def _backward_dkdv_kernel(
     RowMax += stats
     RowSum += stats
     Delta += stats
+    FarDQ += stats * D  # (B * H, T, D) in the accumulator's dtype
     BIAS += h * stride_bias_h
     CTAB += h * stride_c_h
     DBIAS += h * stride_bias_h
@@ -467,43 +482,45 @@ def _backward_dkdv_kernel(
     above = tl.cdiv(start_n + BLOCK_N - 1, BLOCK_M) * BLOCK_M  # query tiles from here on see every key of it
     # ... and from here on only at distances >= FAR (i - j >= FAR for every entry)
     far = tl.maximum(tl.cdiv(start_n + BLOCK_N - 1 + FAR, BLOCK_M) * BLOCK_M, above)
+    if FAR_DQ:  # far: the forward's far tiles (on its grid of FAR_M x FAR_N blocks; _key_tile_ranges)
+        far = tl.maximum(tl.cdiv((start_n // FAR_N + 1) * FAR_N + FAR - 1, FAR_M) * FAR_M, above)
     for start_m in range(lo, tl.minimum(above, T), BLOCK_M):
         dk, dv, db_far, dc_far = _dkdv_tile(
-            dk, dv, db_far, dc_far, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
+            dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
             offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
             T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale,
-            HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, True, False, BLOCK_M, BLOCK_N, SLICE,
+            HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, True, False, FAR_DQ, BLOCK_M, BLOCK_N, SLICE,
             PRECISION, ACC, EXP2)
     if FAR_BRANCH:  # near and far tiles in one loop, by a uniform branch (fewer registers on some tiles)
         for start_m in range(above, T, BLOCK_M):
             if start_m < far:
                 dk, dv, db_far, dc_far = _dkdv_tile(
-                    dk, dv, db_far, dc_far, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
+                    dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
                     offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
                     T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale,
-                    HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False, False, BLOCK_M, BLOCK_N, SLICE,
+                    HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False, False, FAR_DQ, BLOCK_M, BLOCK_N, SLICE,
                     PRECISION, ACC, EXP2)
             else:
                 dk, dv, db_far, dc_far = _dkdv_tile(
-                    dk, dv, db_far, dc_far, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
+                    dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
                     offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
                     T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale,
-                    HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False, True, BLOCK_M, BLOCK_N, SLICE,
+                    HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False, True, FAR_DQ, BLOCK_M, BLOCK_N, SLICE,
                     PRECISION, ACC, EXP2)
     else:
         for start_m in range(above, tl.minimum(far, T), BLOCK_M):
             dk, dv, db_far, dc_far = _dkdv_tile(
-                dk, dv, db_far, dc_far, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
+                dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
                 offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
                 T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale,
-                HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False, False, BLOCK_M, BLOCK_N, SLICE,
+                HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False, False, FAR_DQ, BLOCK_M, BLOCK_N, SLICE,
                 PRECISION, ACC, EXP2)
         for start_m in range(far, T, BLOCK_M):
             dk, dv, db_far, dc_far = _dkdv_tile(
-                dk, dv, db_far, dc_far, k, v, Q, DO, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
+                dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
                 offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
                 T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale,
-                HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False, True, BLOCK_M, BLOCK_N, SLICE,
+                HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False, True, FAR_DQ, BLOCK_M, BLOCK_N, SLICE,
                 PRECISION, ACC, EXP2)
     if BIAS_GRAD:
         _add_far_sum(DBIAS, LAST_B, db_far)
@@ -569,7 +586,7 @@ def _dq_tile(
 
 @triton.jit
 def _backward_dq_kernel(
-    Q, K, V, BIAS, CTAB, PAD, SEED, DO, RowMax, RowSum, Delta, DQ, DBIAS, DC,
+    Q, K, V, BIAS, CTAB, PAD, SEED, DO, RowMax, RowSum, Delta, DQ, DBIAS, DC, FarDQ,
     stride_qb, stride_qh, stride_qt, stride_qd,
     stride_kb, stride_kh, stride_kt, stride_kd,
     stride_vb, stride_vh, stride_vt, stride_vd,
@@ -577,16 +594,17 @@ def _backward_dq_kernel(
     stride_bias_h, stride_c_h, stride_pad_b,
     H, T, LAST_B, LAST_C, FAR, qk_scale, log2e, keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr, FAR_SUMS: tl.constexpr, BLOCK_M_F: tl.constexpr,
-    BLOCK_N_F: tl.constexpr,
-    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr, FAR_SUMS: tl.constexpr, FAR_DQ: tl.constexpr,
+    FAR_M: tl.constexpr, FAR_N: tl.constexpr, DQ_FAR_N: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr, ACC: tl.constexpr, EXP2: tl.constexpr,
 ):
     """One program: dQ for BLOCK_M queries of one (batch, head), the last (most keys) first; dQ is laid
     out like Q.
 
-    ``FAR_SUMS``: the far tiles are the forward's (its tiles ``BLOCK_M_F`` x ``BLOCK_N_F``, multiples of
-    these), and their table gradients come from the delta kernel, so they add none here."""
+    ``FAR_SUMS``: the far tiles are the forward's (its tiles ``FAR_M`` x ``FAR_N``, multiples of these),
+    and their table gradients come from the delta kernel, so they add none here. ``FAR_DQ``: the dK/dV
+    kernel has added the dQ of the far tiles on the grid ``FAR_M x DQ_FAR_N`` to ``FarDQ``; this kernel
+    runs the forward's other far tiles and adds ``FarDQ``'s rows."""
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     bh = tl.program_id(1)
     b = tl.cast(bh // H, tl.int64)
@@ -619,10 +637,11 @@ def _backward_dq_kernel(
     db_far = tl.zeros([1, 1], ACC)  # the far tiles' gradients of b[LAST_B], c[LAST_C]
     dc_far = tl.zeros([1, 1], ACC)
     dq = tl.zeros([BLOCK_M, BLOCK_D], ACC)
-    far, below = _key_tile_ranges(start_m, FAR, BLOCK_N)
-    if FAR_SUMS:  # the forward tile holding these rows decides which keys are far
-        far = _key_tile_ranges((start_m // BLOCK_M_F) * BLOCK_M_F, FAR, BLOCK_N_F)[0]
-    for start_n in range(0, far, BLOCK_N):
+    far, below = _key_tile_ranges(start_m, FAR, BLOCK_N, FAR_M, FAR_N)
+    first_far = 0
+    if FAR_DQ:  # the keys before here: the dK/dV kernel has added their dQ to FarDQ
+        first_far = _key_tile_ranges(start_m, FAR, BLOCK_N, FAR_M, DQ_FAR_N)[0]
+    for start_n in range(first_far, far, BLOCK_N):
         dq, db_far, dc_far = _dq_tile(
             dq, db_far, dc_far, q, do, m, l, delta, K, V, BIAS, CTAB, PAD, DBIAS, DC, seed, rows, offs_n, dims,
             start_m, start_n, bh, stride_kt, stride_kd, stride_vt, stride_vd, T, LAST_B, LAST_C, b_far, c_far, D,
@@ -645,6 +664,8 @@ def _backward_dq_kernel(
         _add_far_sum(DBIAS, LAST_B, db_far)
     if C_GRAD and not FAR_SUMS:
         _add_far_sum(DC, LAST_C, dc_far * _z_scale(keep_scale, HAS_DROPOUT))
+    if FAR_DQ:
+        dq += tl.load(FarDQ + (stats + first_row) * D + offs_m[:, None] * D + dims[None, :], mask=row_mask, other=0.0)
     dq *= qk_scale / log2e  # scale
     tl.store(DQ + q_offsets, dq.to(DQ.dtype.element_ty), mask=row_mask)
 
@@ -722,13 +743,17 @@ def _dropout_mask_kernel(SEED, Out, T, keep_threshold, keep_scale, BLOCK: tl.con
 # round 4's dropout). dQ's tiles divide the forward's (the far share needs it). 16-bit is checked on
 # every architecture (sm_86 takes smaller dK/dV tiles than sm_80's, which spill there); TF32 and float32
 # (not what training runs) on sm_90 only: TF32 at head dim 128 spills a little in dK/dV with any tile
-# that keeps wgmma. Untimed: python -m benchmarks.fused_kernel --blocks tries others on a GPU.
+# that keeps wgmma. "far_dq": "dkdv" (where the far share applies, far_dq_fits): dK/dV's far tiles add
+# their dQ by atomics and dQ's kernel skips them; set where that compiles without spills under both
+# tritons (without padding, the only case it runs in) and the compile report prices it below dQ's far
+# loop (sm_80/86 at head dim 128 spill with it). Untimed: python -m benchmarks.fused_kernel --blocks
+# tries others on a GPU.
 GPU_BLOCKS = {
-    ("sm_90", "16-bit", 64): dict(forward=(128, 64, 8, 2), dkdv=(32, 128, 8, 2), dq=(64, 32, 4, 2)),
-    ("sm_90", "16-bit", 128): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(64, 16, 4, 2)),
-    ("sm_80", "16-bit", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 128, 8, 2), dq=(128, 16, 8, 2)),
+    ("sm_90", "16-bit", 64): dict(forward=(128, 64, 8, 2), dkdv=(32, 128, 8, 2), dq=(64, 32, 4, 2), far_dq="dkdv"),
+    ("sm_90", "16-bit", 128): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(64, 16, 4, 2), far_dq="dkdv"),
+    ("sm_80", "16-bit", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 128, 8, 2), dq=(128, 16, 8, 2), far_dq="dkdv"),
     ("sm_80", "16-bit", 128): dict(forward=(64, 32, 8, 2), dkdv=(16, 32, 8, 2), dq=(16, 32, 4, 1)),
-    ("sm_86", "16-bit", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(128, 16, 8, 2)),
+    ("sm_86", "16-bit", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(128, 16, 8, 2), far_dq="dkdv"),
     ("sm_86", "16-bit", 128): dict(forward=(64, 32, 8, 2), dkdv=(16, 32, 8, 2), dq=(16, 32, 4, 1)),
     ("sm_90", "tf32", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(128, 32, 8, 2)),
     ("sm_90", "tf32", 128): dict(forward=(128, 32, 8, 2), dkdv=(32, 64, 8, 2), dq=(64, 16, 8, 2)),
@@ -738,7 +763,8 @@ GPU_BLOCKS = {
 TABLE_GRADS = "dq"
 # Under the interpreter: small tiles, both shapes of dK/dQ tiles, so tests exercise both shears; dQ's
 # tiles divide the forward's, so that the far share (far_share_applies) runs by default.
-INTERPRETER_BLOCKS = dict(forward=(32, 16, 1, 1), dkdv=(16, 32, 1, 1), dq=(32, 16, 1, 1), table_grads="dq")
+INTERPRETER_BLOCKS = dict(forward=(32, 16, 1, 1), dkdv=(16, 32, 1, 1), dq=(32, 16, 1, 1), table_grads="dq",
+                          far_dq="dkdv")
 
 
 def architecture(capability) -> str:
@@ -760,7 +786,7 @@ def gpu_blocks(head_dim: int, dtype: torch.dtype, precision: Optional[str] = Non
     arch = architecture(capability)
     width = 64 if head_dim <= 64 else 128
     tiles = GPU_BLOCKS.get((arch, kind, width), GPU_BLOCKS["sm_90", kind, width])
-    return dict(tiles, table_grads=TABLE_GRADS)
+    return dict({"far_dq": "dq", **tiles}, table_grads=TABLE_GRADS)
 
 
 def _blocks(device: torch.device, head_dim: int, dtype: torch.dtype, blocks: Optional[dict]) -> dict:
@@ -819,6 +845,23 @@ class FarShare(NamedTuple):
         batch, heads, length, head_dim = q.shape
         out = q.new_empty(batch * heads, length, head_dim)
         return FarShare(out, torch.empty_like(row_max), torch.empty_like(row_max))
+
+
+def far_dq_fits(cfg: dict) -> bool:
+    """Whether tiles ``cfg`` ask for the far tiles' dQ in the dK/dV kernel (``far_dq="dkdv"``) and allow
+    it: dK/dV's query tiles divide the forward's. Used where the far share is (:func:`far_share_applies`):
+    the dK/dV kernel, which computes dS on the far tiles anyway, adds ``dS K`` to a float32 sum by relaxed
+    atomics, so dQ's kernel skips its far tiles (there, most of its work) and reads the sum."""
+    return cfg.get("far_dq", "dq") == "dkdv" and _tiles(cfg, "forward")[0] % _tiles(cfg, "dkdv")[0] == 0
+
+
+def far_dq_grid(cfg: dict):
+    """``(FAR_M, FAR_N)``: the blocks of the far tiles whose dQ the dK/dV kernel adds (:func:`far_dq_fits`):
+    the forward's query tiles by whole dK/dV key tiles, ``FAR_N = lcm`` of the forward's and dK/dV's
+    BLOCK_N. Those blocks lie within the forward's far tiles (``_key_tile_ranges``), so the dQ kernel runs
+    the forward's far tiles past them."""
+    (fm, fn), kn = _tiles(cfg, "forward")[:2], _tiles(cfg, "dkdv")[1]
+    return fm, math.lcm(fn, kn)
 
 
 def far_share_fits(cfg: dict, tables: bool, padding: bool) -> bool:
@@ -889,13 +932,15 @@ def launch_delta(out, grad_out, delta, far: Optional[FarShare] = None, row_max=N
 
 def launch_backward(q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta, dq, dk, dv, d_bias, d_c,
                     scale: float, cfg: dict, dropout_p: float = 0.0, seed: Optional[torch.Tensor] = None,
-                    far: Optional[FarShare] = None) -> None:
+                    far: Optional[FarShare] = None, far_dq_sum: Optional[torch.Tensor] = None) -> None:
     """Run the two backward kernels: ``dq``, ``dk``, ``dv`` (laid out like q, k, v), and add the table
     gradients into ``d_bias``, ``d_c`` (zeroed, laid out like ``bias``, ``ctab``; ``None``: not wanted).
 
     ``delta`` ``(B * H, T)``: ``D_i = dO_i . O_i`` (:func:`launch_delta`). With ``far`` (the forward's, and
     given to :func:`launch_delta`, which added the far tiles' table gradients) the dQ kernel adds only the
-    near tiles'.
+    near tiles'; and where :func:`far_dq_fits`, the dK/dV kernel adds the far tiles' dQ (on
+    :func:`far_dq_grid`) to ``far_dq_sum``, a zeroed ``(B * H, T, d)`` tensor in the accumulator's dtype
+    (allocated here if not given), which the dQ kernel reads instead of running those tiles.
     """
     batch, heads, length, head_dim = q.shape
     acc_tl, _ = _accumulator(q.dtype)
@@ -916,21 +961,26 @@ def launch_backward(q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta,
               row_max, row_sum, delta)
     in_dq = cfg["table_grads"] == "dq"
     bias_grad, c_grad = d_bias is not None, d_c is not None
-    block_m, block_n, warps, stages = _tiles(cfg, "dkdv")
-    _backward_dkdv_kernel[(triton.cdiv(length, block_n), batch * heads)](
-        *inputs, dk, dv, _or(d_bias, dummy), _or(d_c, dummy), *common,
-        BIAS_GRAD=bias_grad and not in_dq, C_GRAD=c_grad and not in_dq, FAR_BRANCH=cfg.get("far_branch", False),
-        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, **flags,
-    )
     if far is not None and not far_share_fits(cfg, bias is not None or ctab is not None, pad is not None):
         raise ValueError("far: the forward's far share gives wrong table gradients here (far_share_fits)")
-    forward_m, forward_n = _tiles(cfg, "forward")[:2]
+    far_dq = far is not None and far_dq_fits(cfg)
+    far_m, far_n = _tiles(cfg, "forward" if far is not None else "dq")[:2]  # dQ's far tiles: the forward's
+    dq_far_m, dq_far_n = far_dq_grid(cfg) if far_dq else (far_m, far_n)
+    if far_dq and far_dq_sum is None:
+        far_dq_sum = q.new_zeros(batch * heads, length, head_dim, dtype=row_max.dtype)
+    far_dq_sum = far_dq_sum if far_dq else dummy
+    block_m, block_n, warps, stages = _tiles(cfg, "dkdv")
+    _backward_dkdv_kernel[(triton.cdiv(length, block_n), batch * heads)](
+        *inputs, dk, dv, _or(d_bias, dummy), _or(d_c, dummy), far_dq_sum, *common,
+        BIAS_GRAD=bias_grad and not in_dq, C_GRAD=c_grad and not in_dq, FAR_BRANCH=cfg.get("far_branch", False),
+        FAR_DQ=far_dq, FAR_M=dq_far_m, FAR_N=dq_far_n, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
+        num_stages=stages, **flags,
+    )
     block_m, block_n, warps, stages = _tiles(cfg, "dq")
     _backward_dq_kernel[(triton.cdiv(length, block_m), batch * heads)](
-        *inputs, dq, _or(d_bias, dummy), _or(d_c, dummy), *common,
-        BIAS_GRAD=bias_grad and in_dq, C_GRAD=c_grad and in_dq, FAR_SUMS=far is not None,
-        BLOCK_M_F=forward_m, BLOCK_N_F=forward_n, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
-        num_stages=stages, **flags,
+        *inputs, dq, _or(d_bias, dummy), _or(d_c, dummy), far_dq_sum, *common,
+        BIAS_GRAD=bias_grad and in_dq, C_GRAD=c_grad and in_dq, FAR_SUMS=far is not None, FAR_DQ=far_dq,
+        FAR_M=far_m, FAR_N=far_n, DQ_FAR_N=dq_far_n, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, **flags,
     )
 
 
@@ -943,23 +993,30 @@ def table_reach(length: int, bias=None, ctab=None):
     return last[0], last[1], max(present) if present else length
 
 
-def far_tiles(kernel: str, length: int, far: int, block_m: int, block_n: int, forward_tiles=None) -> int:
+def far_tiles(kernel: str, length: int, far: int, block_m: int, block_n: int, grid=None) -> int:
     """How many (query tile, key tile) pairs of one (batch, head) ``kernel`` ("forward", "dq" or "dkdv")
     runs as far tiles at ``FAR = far``, with tiles of ``block_m`` queries and ``block_n`` keys: the
     kernels' own loop bounds (forward and dQ: key tiles before ``max(start_m - FAR + 1, 0) // BLOCK_N``
-    tiles; dK/dV: query tiles from ``ceil((start_n + BLOCK_N - 1 + FAR) / BLOCK_M)`` on). dQ with the far
-    share (``forward_tiles``, the forward's ``(BLOCK_M, BLOCK_N)``): the keys its forward tile ran as far."""
-    if kernel == "dq" and forward_tiles is not None:
-        fm, fn = forward_tiles
-        return sum(max((start_m // fm) * fm - far + 1, 0) // fn * fn // block_n
-                   for start_m in range(0, length, block_m))
+    tiles; dK/dV: query tiles from ``ceil((start_n + BLOCK_N - 1 + FAR) / BLOCK_M)`` on). On a ``grid``
+    ``(FAR_M, FAR_N)`` (``_key_tile_ranges``): the tiles within the whole ``FAR_N``-blocks of keys at
+    ``j <= q0 - FAR``, ``q0`` the first row of each ``FAR_M``-block of queries; dQ's far tiles with the
+    far share are those on the forward's tiles, dK/dV's with :func:`far_dq_fits` those on
+    :func:`far_dq_grid` (dQ's far loop then runs the difference)."""
+    if grid is None:
+        grid = (block_m, block_n) if kernel in ("forward", "dq") else None
     if kernel in ("forward", "dq"):
-        return sum(max(start_m - far + 1, 0) // block_n for start_m in range(0, length, block_m))
+        gm, gn = grid
+        return sum(max((start_m // gm) * gm - far + 1, 0) // gn * gn // block_n
+                   for start_m in range(0, length, block_m))
     total = 0
     for start_n in range(0, length, block_n):
         above = -(-(start_n + block_n - 1) // block_m) * block_m
-        first = max(-(-(start_n + block_n - 1 + far) // block_m) * block_m, above)
-        total += max(0, -(-(length - first) // block_m))
+        if grid is None:
+            first = -(-(start_n + block_n - 1 + far) // block_m) * block_m
+        else:
+            gm, gn = grid
+            first = -(-((start_n // gn + 1) * gn + far - 1) // gm) * gm
+        total += max(0, -(-(length - max(first, above)) // block_m))
     return total
 
 

@@ -176,3 +176,78 @@ def test_the_performance_model_prices_far_near_and_diagonal_tiles_by_their_own_l
         assert 0 < far < below
         want = far * cost["far"] + (below - far) * cost["near"] + on * cost["on"]
         assert kernel_cycles(name, {"tiles": (block_m, block_n, warps), "loops": loops}, MODEL_FAR) == want
+
+
+class _LaunchSpy:
+    """Stands in for a Triton kernel in the kernel module: records each launch's keyword arguments."""
+
+    def __init__(self, fn):
+        self.fn, self.launches = fn, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches.append(kwargs)
+            return self.fn[grid](*args, **kwargs)
+
+        return launch
+
+
+def test_far_tiles_dq_comes_from_the_dkdv_kernel_where_it_fits(monkeypatch):
+    """With the far share and ``far_dq="dkdv"`` (the default), dK/dV's far tiles on ``far_dq_grid`` add
+    their dQ to a float32 sum that dQ's kernel reads; dQ runs the forward's other far tiles and the near
+    ones. Against the dense expansion (float64), with and without dropout, and with ``far_dq="dq"``."""
+    cfg, b, c = dict(INTERPRETER_BLOCKS), torch.zeros(2, 9), torch.zeros(2, 1)
+    assert cfg["far_dq"] == "dkdv" and kernel.far_dq_fits(cfg)
+    assert kernel.far_dq_fits(dict(cfg, forward=(16, 16, 1, 1)))  # dK/dV's 16 query rows divide 16
+    assert not kernel.far_dq_fits(dict(cfg, forward=(16, 16, 1, 1), dkdv=(32, 32, 1, 1)))  # 32 do not
+    assert not kernel.far_dq_fits(dict(cfg, far_dq="dq"))
+    grid = kernel.far_dq_grid(cfg)
+    assert grid == (32, 32)  # the forward's 32 queries by dK/dV's 32 keys
+    length, far = 133, table_reach(133, b, c)[2]
+    fm, fn = cfg["forward"][:2]
+    # dK/dV adds dQ for some far tiles, and dQ's far loop still has some of the forward's far tiles left
+    dkdv_far = far_tiles("dkdv", length, far, *cfg["dkdv"][:2], grid)
+    dq_far, dq_skipped = (far_tiles("dq", length, far, *cfg["dq"][:2], g) for g in ((fm, fn), grid))
+    assert dkdv_far > 0 and 0 < dq_skipped < dq_far
+    spy = _LaunchSpy(kernel._backward_dkdv_kernel)
+    monkeypatch.setattr(kernel, "_backward_dkdv_kernel", spy)
+    check(length, 9, 1, seed=8)
+    check(length, 9, 1, dropout_p=0.25, seed=9)
+    check(length, 9, 1, blocks=dict(far_dq="dq"), seed=10)
+    check(length, 9, 1, padding=True, seed=11)  # no far share: no far dQ in dK/dV
+    assert [launch["FAR_DQ"] for launch in spy.launches] == [True, True, False, False]
+    assert (spy.launches[0]["FAR_M"], spy.launches[0]["FAR_N"]) == grid
+
+
+def test_far_tile_counts_on_a_grid_match_an_enumeration_of_the_tiles():
+    """``far_tiles`` on a grid ``(FAR_M, FAR_N)`` against every (query tile, key tile) pair tested one by
+    one: far where its keys lie in the whole FAR_N-blocks at ``j <= q0 - FAR`` for ``q0`` its FAR_M-block's
+    first row (``_key_tile_ranges``)."""
+    for length, far, (gm, gn), tiles in [(2048, 113, (128, 128), {"forward": (128, 64), "dq": (64, 32), "dkdv": (32, 128)}),
+                                         (333, 8, (32, 32), {"forward": (32, 16), "dq": (32, 16), "dkdv": (16, 32)}),
+                                         (150, 0, (64, 32), {"forward": (64, 32), "dq": (16, 32), "dkdv": (16, 32)})]:
+        for name, (block_m, block_n) in tiles.items():
+            pairs = [(m, n) for m in range(0, length, block_m) for n in range(0, length, block_n)]
+            want = sum(1 for m, n in pairs if n + block_n <= max((m // gm) * gm - far + 1, 0) // gn * gn)
+            assert far_tiles(name, length, far, block_m, block_n, (gm, gn)) == want, (length, name)
+
+
+def test_the_model_runs_no_dq_far_tile_whose_dq_the_dkdv_kernel_added():
+    from benchmarks.gpu_check.prediction import iterations, kernel_cycles
+
+    reach = 40  # where the forward's far keys (whole 64-blocks) and dK/dV's (128-blocks) differ
+
+    loops = [{"instructions": n} for n in (400, 800, 1200)]  # dQ's far / near / on-diagonal loops
+    block_m, block_n, warps = 64, 32, 4
+    usage = {"tiles": (block_m, block_n, warps), "loops": loops, "far_share": [128, 64], "far_dq_grid": [128, 128]}
+    below, on = iterations("dq", block_m, block_n)
+    far = far_tiles("dq", 2048, reach, block_m, block_n, (128, 64))
+    skipped = far_tiles("dq", 2048, reach, block_m, block_n, (128, 128))
+    assert 0 < skipped < far < below
+    want = (far - skipped) * 400 + (below - far) * 800 + on * 1200
+    assert kernel_cycles("dq", usage, reach) == want
+    dkdv = {"tiles": (32, 128, 8), "loops": loops, "far_dq_grid": [128, 128]}  # dK/dV: on / near / far
+    below, on = iterations("dkdv", 32, 128)
+    far = far_tiles("dkdv", 2048, reach, 32, 128, (128, 128))
+    assert 0 < far < far_tiles("dkdv", 2048, reach, 32, 128)  # the grid's tiles: fewer than its own
+    assert kernel_cycles("dkdv", dkdv, reach) == 2 * (far * 1200 + (below - far) * 800 + on * 400)

@@ -128,7 +128,8 @@ def test_kernels_stay_inside_their_tensors(length, tables, placement, access_che
 @pytest.mark.parametrize("length", [129, 333])
 def test_the_far_share_and_its_table_gradients_stay_inside_their_tensors(length, access_check):
     """Without padding, with tables shorter than the sequence (far tiles): the forward's far share
-    (``FarShare``), the delta kernel that adds the far tiles' table gradients, and dQ without them."""
+    (``FarShare``), the delta kernel that adds the far tiles' table gradients, dQ without them, and (at 333:
+    the far tiles of whole 128-key blocks) dK/dV adding those tiles' dQ to its float32 sum."""
     dtype, batch, n = torch.float32, 2, 20
     torch.manual_seed(length)
     g = GuardedTensors()
@@ -141,16 +142,19 @@ def test_the_far_share_and_its_table_gradients_stay_inside_their_tensors(length,
                           *(g.new(name, (batch * HEADS, length), dtype, zeros) for name in ("far max", "far sum")))
     dq, dk, dv = (g.new(name, shape, dtype, zeros) for name in ("dQ", "dK", "dV"))
     d_bias, d_c = (g.new(name, (HEADS, n), dtype, zeros) for name in ("bias gradient", "C gradient"))
+    far_dq_sum = g.new("far dQ sum", (batch * HEADS, length, HEAD_DIM), dtype, zeros)
     cfg = kernel.gpu_blocks(HEAD_DIM, torch.bfloat16)
-    assert kernel.far_share_applies(cfg, length, bias, ctab)
+    assert kernel.far_share_applies(cfg, length, bias, ctab) and kernel.far_dq_fits(cfg)
     access_check["extents"] = g.extents()
 
     kernel.launch_forward(q, k, v, bias, ctab, None, out, row_max, row_sum, 0.25, cfg, far=far)
     kernel.launch_delta(out, grad_out, delta, far, row_max, row_sum, bias, ctab, d_bias, d_c)
     kernel.launch_backward(q, k, v, bias, ctab, None, grad_out, row_max, row_sum, delta, dq, dk, dv, d_bias, d_c,
-                           0.25, cfg, far=far)
+                           0.25, cfg, far=far, far_dq_sum=far_dq_sum)
 
     assert access_check["checked"] > 0
     errors = sorted(set(access_check["outside"])) + g.damaged()
     assert not errors, "\n".join(errors)
     assert far.row_sum.gt(0).any() and torch.isfinite(far.out).all() and torch.isfinite(d_c).all()
+    grid = kernel.far_dq_grid(cfg)
+    assert far_dq_sum.ne(0).any() == (kernel.far_tiles("dkdv", length, n - 1, *cfg["dkdv"][:2], grid) > 0)
