@@ -20,8 +20,8 @@ program; without key padding the forward instead stores the far tiles' share of 
 ``O(T d)``), from which the delta kernel adds those gradients, so dQ's far tiles do no table work
 (``far_share_applies``), and where the tiles say so (``far_dq_fits``) the dK/dV kernel, which computes
 dS on its far tiles anyway, adds their ``dS K`` to dQ by float32 atomics, as FlashAttention-2's backward
-adds all of dQ, so the dQ kernel skips them. The other (*near*) tiles read their slice of each table with one gather, and
-add per-diagonal sums. Padded keys
+adds all of dQ, so the dQ kernel skips them. The other (*near*) tiles read their slice of each table with
+one gather, and add per-diagonal sums. Padded keys
 follow the dense attention in ``fairseq_urpe/modules/relative_multihead_attention.py``: their score is the most negative
 finite float32 rather than -inf, so a query whose visible keys are all padding averages them uniformly
 and stays finite, and no gradient flows into their scores. Attention dropout follows it too: applied to
@@ -348,8 +348,8 @@ def _add_far_sum(GRAD, LAST, total):
 
 @triton.jit
 def _dkdv_tile(
-    dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols, offs_m,
-    dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
+    dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
+    offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
     T, LAST_B, LAST_C, b_far, c_far, D: tl.constexpr, qk_scale, log2e, keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr, CAUSAL_MASK: tl.constexpr, FAR_TILE: tl.constexpr,
@@ -428,7 +428,8 @@ def _backward_dkdv_kernel(
     H, T, LAST_B, LAST_C, FAR, qk_scale, log2e, keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr, FAR_BRANCH: tl.constexpr, FAR_DQ: tl.constexpr,
-    FAR_M: tl.constexpr, FAR_N: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    FAR_M: tl.constexpr, FAR_N: tl.constexpr,
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr, ACC: tl.constexpr, EXP2: tl.constexpr,
 ):
     """One program: BLOCK_N keys of one (batch, head), streaming over the queries that see them (those on
@@ -482,46 +483,46 @@ def _backward_dkdv_kernel(
     above = tl.cdiv(start_n + BLOCK_N - 1, BLOCK_M) * BLOCK_M  # query tiles from here on see every key of it
     # ... and from here on only at distances >= FAR (i - j >= FAR for every entry)
     far = tl.maximum(tl.cdiv(start_n + BLOCK_N - 1 + FAR, BLOCK_M) * BLOCK_M, above)
-    if FAR_DQ:  # far: the forward's far tiles (on its grid of FAR_M x FAR_N blocks; _key_tile_ranges)
+    if FAR_DQ:  # far: the tiles within the far FAR_M x FAR_N blocks (_key_tile_ranges; far_dq_grid)
         far = tl.maximum(tl.cdiv((start_n // FAR_N + 1) * FAR_N + FAR - 1, FAR_M) * FAR_M, above)
     for start_m in range(lo, tl.minimum(above, T), BLOCK_M):
         dk, dv, db_far, dc_far = _dkdv_tile(
-            dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
-            offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
-            T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale,
-            HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, True, False, FAR_DQ, BLOCK_M, BLOCK_N, SLICE,
-            PRECISION, ACC, EXP2)
+            dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC,
+            seed, padded, cols, offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot,
+            stride_dod, T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale,
+            HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, True, False, FAR_DQ, BLOCK_M, BLOCK_N,
+            SLICE, PRECISION, ACC, EXP2)
     if FAR_BRANCH:  # near and far tiles in one loop, by a uniform branch (fewer registers on some tiles)
         for start_m in range(above, T, BLOCK_M):
             if start_m < far:
                 dk, dv, db_far, dc_far = _dkdv_tile(
-                    dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
-                    offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
-                    T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale,
-                    HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False, False, FAR_DQ, BLOCK_M, BLOCK_N, SLICE,
-                    PRECISION, ACC, EXP2)
+                    dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC,
+                    seed, padded, cols, offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot,
+                    stride_dod, T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale,
+                    HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False, False, FAR_DQ, BLOCK_M, BLOCK_N,
+                    SLICE, PRECISION, ACC, EXP2)
             else:
                 dk, dv, db_far, dc_far = _dkdv_tile(
-                    dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
-                    offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
-                    T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale,
-                    HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False, True, FAR_DQ, BLOCK_M, BLOCK_N, SLICE,
-                    PRECISION, ACC, EXP2)
+                    dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC,
+                    seed, padded, cols, offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot,
+                    stride_dod, T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale,
+                    HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False, True, FAR_DQ, BLOCK_M, BLOCK_N,
+                    SLICE, PRECISION, ACC, EXP2)
     else:
         for start_m in range(above, tl.minimum(far, T), BLOCK_M):
             dk, dv, db_far, dc_far = _dkdv_tile(
-                dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
-                offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
-                T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale,
-                HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False, False, FAR_DQ, BLOCK_M, BLOCK_N, SLICE,
-                PRECISION, ACC, EXP2)
+                dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC,
+                seed, padded, cols, offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot,
+                stride_dod, T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale,
+                HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False, False, FAR_DQ, BLOCK_M, BLOCK_N,
+                SLICE, PRECISION, ACC, EXP2)
         for start_m in range(far, T, BLOCK_M):
             dk, dv, db_far, dc_far = _dkdv_tile(
-                dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC, seed, padded, cols,
-                offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot, stride_dod,
-                T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale,
-                HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False, True, FAR_DQ, BLOCK_M, BLOCK_N, SLICE,
-                PRECISION, ACC, EXP2)
+                dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC,
+                seed, padded, cols, offs_m, dims, start_m, start_n, bh, stride_qt, stride_qd, stride_dot,
+                stride_dod, T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale,
+                HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, BIAS_GRAD, C_GRAD, False, True, FAR_DQ, BLOCK_M, BLOCK_N,
+                SLICE, PRECISION, ACC, EXP2)
     if BIAS_GRAD:
         _add_far_sum(DBIAS, LAST_B, db_far)
     if C_GRAD:
@@ -595,7 +596,8 @@ def _backward_dq_kernel(
     H, T, LAST_B, LAST_C, FAR, qk_scale, log2e, keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr, FAR_SUMS: tl.constexpr, FAR_DQ: tl.constexpr,
-    FAR_M: tl.constexpr, FAR_N: tl.constexpr, DQ_FAR_N: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    FAR_M: tl.constexpr, FAR_N: tl.constexpr, DQ_FAR_N: tl.constexpr,
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr, ACC: tl.constexpr, EXP2: tl.constexpr,
 ):
     """One program: dQ for BLOCK_M queries of one (batch, head), the last (most keys) first; dQ is laid
@@ -665,7 +667,8 @@ def _backward_dq_kernel(
     if C_GRAD and not FAR_SUMS:
         _add_far_sum(DC, LAST_C, dc_far * _z_scale(keep_scale, HAS_DROPOUT))
     if FAR_DQ:
-        dq += tl.load(FarDQ + (stats + first_row) * D + offs_m[:, None] * D + dims[None, :], mask=row_mask, other=0.0)
+        dq += tl.load(FarDQ + (stats + first_row) * D + offs_m[:, None] * D + dims[None, :], mask=row_mask,
+                      other=0.0)
     dq *= qk_scale / log2e  # scale
     tl.store(DQ + q_offsets, dq.to(DQ.dtype.element_ty), mask=row_mask)
 
@@ -980,7 +983,8 @@ def launch_backward(q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta,
     _backward_dq_kernel[(triton.cdiv(length, block_m), batch * heads)](
         *inputs, dq, _or(d_bias, dummy), _or(d_c, dummy), far_dq_sum, *common,
         BIAS_GRAD=bias_grad and in_dq, C_GRAD=c_grad and in_dq, FAR_SUMS=far is not None, FAR_DQ=far_dq,
-        FAR_M=far_m, FAR_N=far_n, DQ_FAR_N=dq_far_n, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, **flags,
+        FAR_M=far_m, FAR_N=far_n, DQ_FAR_N=dq_far_n, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
+        num_stages=stages, **flags,
     )
 
 

@@ -223,9 +223,10 @@ def test_far_tile_counts_on_a_grid_match_an_enumeration_of_the_tiles():
     """``far_tiles`` on a grid ``(FAR_M, FAR_N)`` against every (query tile, key tile) pair tested one by
     one: far where its keys lie in the whole FAR_N-blocks at ``j <= q0 - FAR`` for ``q0`` its FAR_M-block's
     first row (``_key_tile_ranges``)."""
-    for length, far, (gm, gn), tiles in [(2048, 113, (128, 128), {"forward": (128, 64), "dq": (64, 32), "dkdv": (32, 128)}),
-                                         (333, 8, (32, 32), {"forward": (32, 16), "dq": (32, 16), "dkdv": (16, 32)}),
-                                         (150, 0, (64, 32), {"forward": (64, 32), "dq": (16, 32), "dkdv": (16, 32)})]:
+    cases = [(2048, 113, (128, 128), {"forward": (128, 64), "dq": (64, 32), "dkdv": (32, 128)}),
+             (333, 8, (32, 32), {"forward": (32, 16), "dq": (32, 16), "dkdv": (16, 32)}),
+             (150, 0, (64, 32), {"forward": (64, 32), "dq": (16, 32), "dkdv": (16, 32)})]
+    for length, far, (gm, gn), tiles in cases:
         for name, (block_m, block_n) in tiles.items():
             pairs = [(m, n) for m in range(0, length, block_m) for n in range(0, length, block_n)]
             want = sum(1 for m, n in pairs if n + block_n <= max((m // gm) * gm - far + 1, 0) // gn * gn)
