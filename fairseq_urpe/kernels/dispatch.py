@@ -125,6 +125,9 @@ def self_check_passed(impl: str, config: KernelConfig) -> bool:
 def _why_not_fused(x: torch.Tensor, dropout_p: float, dot_product: bool, forced: bool) -> Optional[str]:
     if not dot_product:
         return "dot-product-free attention (scores from positions only) has no fused kernel"
+    if torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled():
+        return ("torch.use_deterministic_algorithms(True) is on, and the kernel adds gradients (dQ's far "
+                "tiles, the tables') by atomics, in no fixed order")
     if x.size(-1) > 128:
         return f"head dim {x.size(-1)} exceeds the kernel's 128"
     if x.size(0) * x.size(1) > 65535:

@@ -1154,7 +1154,8 @@ def fused_causal_urpe_attention(
             pipeline stages may be left out).
 
     Returns ``(B, H, T, d)`` laid out like ``q``; gradients reach q, k, v and both tables (float32
-    accumulation, diagonal sums by atomic adds, so table gradients are not bitwise deterministic).
+    accumulation; diagonal sums and, where :func:`far_dq_fits`, the far tiles' dQ by atomic adds, so table
+    gradients and dQ are not bitwise deterministic).
     """
     batch, heads, length, head_dim = q.shape
     if k.shape != q.shape or v.shape != q.shape:

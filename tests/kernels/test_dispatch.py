@@ -64,6 +64,21 @@ def test_forced_fused_on_cpu_without_the_interpreter_or_without_triton_is_an_err
         decide("flash")
 
 
+def test_deterministic_algorithms_take_the_dense_path():
+    """The kernel adds gradients by atomics (in no fixed order): with torch's deterministic algorithms on,
+    ``auto`` runs dense and ``fused`` is an error naming the flag; ``warn_only`` lets the kernel run."""
+    torch.use_deterministic_algorithms(True)
+    try:
+        with pytest.raises(RuntimeError, match="fused cannot run here: torch.use_deterministic_algorithms"):
+            decide("fused")
+        assert not decide("auto")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        assert decide("fused")
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert decide("fused")
+
+
 def test_future_mask_check_accepts_only_fairseqs_causal_mask_and_notices_in_place_changes():
     from fairseq.utils import fill_with_neg_inf
 
