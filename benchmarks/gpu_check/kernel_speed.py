@@ -1,7 +1,14 @@
-"""``kernel_speed``: forward+backward time and peak memory of the fused kernel against PyTorch's SDPA."""
+"""``kernel_speed``: forward+backward time and peak memory of the fused kernel against PyTorch's SDPA.
+
+The fused URPE cases run twice: with the default ``transformer_lm_urpe``'s tables (T5 buckets, constant
+from distance ``MODEL_FAR`` on, so passed with ``MODEL_FAR + 1`` entries: far tiles, the far share and
+the far tiles' dQ in dK/dV; what the issue's targets and the performance model are about, "lm_tables"),
+and with tables as long as the sequence (no far tiles: every tile reads its tables, the slowest case).
+"""
 
 import torch
 
+from .prediction import MODEL_FAR
 from .record import GPU, Record, cases, run_case
 
 
@@ -22,6 +29,7 @@ def kernel_speed(record: Record, args) -> None:
         q, k, v = (torch.randn(batch, heads, length, d, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
         b = (torch.randn(heads, length, device="cuda") * 0.5).requires_grad_()
         c = (torch.rand(heads, length, device="cuda") + 0.5).requires_grad_()
+        b_lm, c_lm = (t[:, :MODEL_FAR + 1].detach().clone().requires_grad_() for t in (b, c))  # the default's reach
         grad = torch.randn_like(q)
         idx = torch.arange(length, device="cuda")
         dist = (idx[:, None] - idx[None, :])
@@ -38,11 +46,14 @@ def kernel_speed(record: Record, args) -> None:
             with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
                 return sdpa(q, k, v, attn_mask=bias_mask())
 
-        fns = {
+        fns = {  # the targets' cases first (the section has a time budget)
             "sdpa_flash_no_bias": (flash, (q, k, v)),
+            "fused_urpe_lm_tables": (lambda: fused_causal_urpe_attention(q, k, v, b_lm, c_lm), (q, k, v, b_lm, c_lm)),
+            "fused_urpe_lm_tables_dropout_0.1": (
+                lambda: fused_causal_urpe_attention(q, k, v, b_lm, c_lm, dropout_p=0.1), (q, k, v, b_lm, c_lm)),
             "sdpa_efficient_with_bias": (efficient_bias, (q, k, v, b)),
-            "fused_rpe_bias": (lambda: fused_causal_urpe_attention(q, k, v, b), (q, k, v, b)),
             "fused_urpe_bias_and_c": (lambda: fused_causal_urpe_attention(q, k, v, b, c), (q, k, v, b, c)),
+            "fused_rpe_bias": (lambda: fused_causal_urpe_attention(q, k, v, b), (q, k, v, b)),
             "fused_urpe_dropout_0.1": (lambda: fused_causal_urpe_attention(q, k, v, b, c, dropout_p=0.1), (q, k, v, b, c)),
             "dense_reference_urpe": (lambda: causal_urpe_attention_reference(q, k, v, b, c), (q, k, v, b, c)),
         }
@@ -63,5 +74,5 @@ def kernel_speed(record: Record, args) -> None:
                         "peak_extra_mib": (torch.cuda.max_memory_allocated() - base) / 2**20}
 
             run_case(record, f"L={length} {name}", measure)
-        del q, k, v, b, c, grad
+        del q, k, v, b, c, b_lm, c_lm, grad
         torch.cuda.empty_cache()

@@ -40,3 +40,26 @@ def test_gpu_check_script_runs_its_cpu_sections_and_writes_both_reports(tmp_path
     for target in ("SDPA flash at L=2048", "SDPA memory-efficient with a bias at L=2048", "peak attention memory",
                    "_wiki103 URPE vs stock time per update"):  # every GPU target named, honestly unmeasured
         assert re.search(re.escape(target) + r"[^\n]*: not measured", report), target
+
+
+def test_the_report_judges_the_speed_targets_on_the_default_tables_beside_the_prediction():
+    """The targets are about transformer_lm_urpe's default tables (far tiles), as the performance model
+    predicts them: the report compares those cases with SDPA flash; the full-length tables (no far tiles)
+    are reported beside, without a target."""
+    from benchmarks.gpu_check.prediction import predict
+    from benchmarks.gpu_check.report import targets
+
+    times = {"sdpa_flash_no_bias": 1.0, "fused_urpe_lm_tables": 1.2, "fused_urpe_lm_tables_dropout_0.1": 1.7,
+             "fused_urpe_bias_and_c": 2.0, "fused_urpe_dropout_0.1": 2.5, "sdpa_efficient_with_bias": 4.0}
+    results = [{"case": f"L=2048 {name}", "ok": True, "forward_backward_ms": ms} for name, ms in times.items()]
+    lines = targets({"kernel_speed": {"results": results}})
+    predicted = predict()
+    within_13 = next(line for line in lines if "within 1.3x" in line)
+    within_16 = next(line for line in lines if "within 1.6x" in line)
+    assert "default tables" in within_13 and "measured 1.20x (met)" in within_13
+    assert f"predicted {predicted['no dropout']:.2f}x" in within_13
+    assert "default tables" in within_16 and "measured 1.70x (NOT met)" in within_16
+    assert f"predicted {predicted['dropout']:.2f}x" in within_16
+    assert any("full-length tables (no far tiles), without dropout, at L=2048: 2.00x" in line for line in lines)
+    assert any("full-length tables (no far tiles), with dropout, at L=2048: 2.50x" in line for line in lines)
+    assert any("memory-efficient with a bias at L=2048: measured 0.50x its time (met)" in line for line in lines)
