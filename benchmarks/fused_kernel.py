@@ -93,22 +93,21 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
     in_dq = cfg["table_grads"] == "dq"
     # The forward's far share (issue 16, round 4) where the kernel has it and a long sequence would use it.
     far_share = hasattr(kernel, "far_share_fits") and kernel.far_share_fits(cfg, any(tables), padding)
-    # ... and the far tiles' dQ in the dK/dV kernel (round 5), on its grid
-    far_dq = far_share and hasattr(kernel, "far_dq_fits") and kernel.far_dq_fits(cfg)
-    dq_grid = kernel.far_dq_grid(cfg) if far_dq else cfg["dkdv"][:2]
+    # The backward's far-tile constexprs as a launch passes them (round 5: far tiles' dQ in dK/dV; the
+    # kernels of round 4 took the forward's tiles as BLOCK_M_F, BLOCK_N_F)
+    if hasattr(kernel, "far_flags"):
+        far_consts = kernel.far_flags(cfg, far_share)
+    else:
+        far_consts = {"dkdv": {}, "dq": dict(FAR_SUMS=far_share, BLOCK_M_F=cfg["forward"][0],
+                                             BLOCK_N_F=cfg["forward"][1])}
+    far_dq = far_consts["dq"].get("FAR_DQ", False)
     jobs = {
         "forward": (kernel._forward_kernel, cfg["forward"], dict(FAR_SUMS=far_share)),
         "dkdv": (kernel._backward_dkdv_kernel, cfg["dkdv"],
                  dict(BIAS_GRAD=tables[0] and not in_dq, C_GRAD=tables[1] and not in_dq,
-                      FAR_BRANCH=cfg.get("far_branch", False), FAR_DQ=far_dq, FAR_M=dq_grid[0],
-                      FAR_N=dq_grid[1])),
+                      FAR_BRANCH=cfg.get("far_branch", False), **far_consts["dkdv"])),
         "dq": (kernel._backward_dq_kernel, cfg["dq"], dict(BIAS_GRAD=tables[0] and in_dq, C_GRAD=tables[1] and in_dq,
-                                                           FAR_SUMS=far_share, FAR_DQ=far_dq,
-                                                           FAR_M=cfg["forward" if far_share else "dq"][0],
-                                                           FAR_N=cfg["forward" if far_share else "dq"][1],
-                                                           DQ_FAR_N=dq_grid[1] if far_dq else cfg["dq"][1],
-                                                           # the kernels before round 5
-                                                           BLOCK_M_F=cfg["forward"][0], BLOCK_N_F=cfg["forward"][1])),
+                                                           **far_consts["dq"])),
         # delta = rowsum(dO ⊙ O) (no loop), and with the far share the far tiles' table gradients
         "delta": (kernel._delta_kernel, (64, 1, 4, 1), dict(BLOCK=64, FAR_SUMS=far_share, BIAS_GRAD=tables[0] and far_share,
                                                              C_GRAD=tables[1] and far_share)),
@@ -140,8 +139,8 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
                              **_ptxas_usage(ptx, capability), **ptx_instructions(ptx))
         if constexprs.get("FAR_SUMS") and name == "dq":  # its far tiles are the forward tile's (the model's count)
             results[name]["far_share"] = list(cfg["forward"][:2])
-        if constexprs.get("FAR_DQ"):  # dK/dV's far tiles on this grid add dQ; dQ's far loop runs the rest
-            results[name]["far_dq_grid"] = list(dq_grid)
+        if far_dq and name in ("dkdv", "dq"):  # dK/dV's far tiles on this grid add dQ; dQ's far loop runs the rest
+            results[name]["far_dq_grid"] = [far_consts["dkdv"]["FAR_M"], far_consts["dkdv"]["FAR_N"]]
         if "FAR_BRANCH" in constexprs:  # near and far tiles in one loop: its PTX loops are not one per kind
             results[name]["far_branch"] = bool(constexprs["FAR_BRANCH"])
         if report:

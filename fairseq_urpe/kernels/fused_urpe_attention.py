@@ -481,10 +481,10 @@ def _backward_dkdv_kernel(
     dv = tl.zeros([BLOCK_N, BLOCK_D], ACC)
     lo = (start_n // BLOCK_M) * BLOCK_M  # the first query tile that sees a key of this tile
     above = tl.cdiv(start_n + BLOCK_N - 1, BLOCK_M) * BLOCK_M  # query tiles from here on see every key of it
-    # ... and from here on only at distances >= FAR (i - j >= FAR for every entry)
-    far = tl.maximum(tl.cdiv(start_n + BLOCK_N - 1 + FAR, BLOCK_M) * BLOCK_M, above)
-    if FAR_DQ:  # far: the tiles within the far FAR_M x FAR_N blocks (_key_tile_ranges; far_dq_grid)
+    if FAR_DQ:  # ... and the far ones: those within the far FAR_M x FAR_N blocks (_key_tile_ranges; far_dq_grid)
         far = tl.maximum(tl.cdiv((start_n // FAR_N + 1) * FAR_N + FAR - 1, FAR_M) * FAR_M, above)
+    else:  # ... and from here on only at distances >= FAR (i - j >= FAR for every entry)
+        far = tl.maximum(tl.cdiv(start_n + BLOCK_N - 1 + FAR, BLOCK_M) * BLOCK_M, above)
     for start_m in range(lo, tl.minimum(above, T), BLOCK_M):
         dk, dv, db_far, dc_far = _dkdv_tile(
             dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS, CTAB, DBIAS, DC,
@@ -867,6 +867,18 @@ def far_dq_grid(cfg: dict):
     return fm, math.lcm(fn, kn)
 
 
+def far_flags(cfg: dict, far_share: bool) -> dict:
+    """The backward kernels' far-tile constexprs under tiles ``cfg``, with or without the forward's far
+    share: ``{"dkdv": FAR_DQ, FAR_M, FAR_N; "dq": FAR_SUMS, FAR_DQ, FAR_M, FAR_N, DQ_FAR_N}``. dQ's far
+    tiles are the forward's with the far share (its own otherwise), dK/dV's those on :func:`far_dq_grid`
+    where :func:`far_dq_fits` (FAR_M, FAR_N unused otherwise)."""
+    far_dq = far_share and far_dq_fits(cfg)
+    far_m, far_n = _tiles(cfg, "forward" if far_share else "dq")[:2]
+    dq_far_m, dq_far_n = far_dq_grid(cfg) if far_dq else (far_m, far_n)
+    return {"dkdv": dict(FAR_DQ=far_dq, FAR_M=dq_far_m, FAR_N=dq_far_n),
+            "dq": dict(FAR_SUMS=far_share, FAR_DQ=far_dq, FAR_M=far_m, FAR_N=far_n, DQ_FAR_N=dq_far_n)}
+
+
 def far_share_fits(cfg: dict, tables: bool, padding: bool) -> bool:
     """Whether the far share gives the right far table gradients under tiles ``cfg``: with a table, no key
     padding (a padded key is in P's far share but passes no bias gradient), table gradients in the dQ
@@ -966,9 +978,8 @@ def launch_backward(q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta,
     bias_grad, c_grad = d_bias is not None, d_c is not None
     if far is not None and not far_share_fits(cfg, bias is not None or ctab is not None, pad is not None):
         raise ValueError("far: the forward's far share gives wrong table gradients here (far_share_fits)")
-    far_dq = far is not None and far_dq_fits(cfg)
-    far_m, far_n = _tiles(cfg, "forward" if far is not None else "dq")[:2]  # dQ's far tiles: the forward's
-    dq_far_m, dq_far_n = far_dq_grid(cfg) if far_dq else (far_m, far_n)
+    far_consts = far_flags(cfg, far is not None)
+    far_dq = far_consts["dq"]["FAR_DQ"]
     if far_dq and far_dq_sum is None:
         far_dq_sum = q.new_zeros(batch * heads, length, head_dim, dtype=row_max.dtype)
     far_dq_sum = far_dq_sum if far_dq else dummy
@@ -976,15 +987,13 @@ def launch_backward(q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta,
     _backward_dkdv_kernel[(triton.cdiv(length, block_n), batch * heads)](
         *inputs, dk, dv, _or(d_bias, dummy), _or(d_c, dummy), far_dq_sum, *common,
         BIAS_GRAD=bias_grad and not in_dq, C_GRAD=c_grad and not in_dq, FAR_BRANCH=cfg.get("far_branch", False),
-        FAR_DQ=far_dq, FAR_M=dq_far_m, FAR_N=dq_far_n, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
-        num_stages=stages, **flags,
+        BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, **far_consts["dkdv"], **flags,
     )
     block_m, block_n, warps, stages = _tiles(cfg, "dq")
     _backward_dq_kernel[(triton.cdiv(length, block_m), batch * heads)](
         *inputs, dq, _or(d_bias, dummy), _or(d_c, dummy), far_dq_sum, *common,
-        BIAS_GRAD=bias_grad and in_dq, C_GRAD=c_grad and in_dq, FAR_SUMS=far is not None, FAR_DQ=far_dq,
-        FAR_M=far_m, FAR_N=far_n, DQ_FAR_N=dq_far_n, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
-        num_stages=stages, **flags,
+        BIAS_GRAD=bias_grad and in_dq, C_GRAD=c_grad and in_dq, BLOCK_M=block_m, BLOCK_N=block_n,
+        num_warps=warps, num_stages=stages, **far_consts["dq"], **flags,
     )
 
 
@@ -1006,10 +1015,8 @@ def far_tiles(kernel: str, length: int, far: int, block_m: int, block_n: int, gr
     ``j <= q0 - FAR``, ``q0`` the first row of each ``FAR_M``-block of queries; dQ's far tiles with the
     far share are those on the forward's tiles, dK/dV's with :func:`far_dq_fits` those on
     :func:`far_dq_grid` (dQ's far loop then runs the difference)."""
-    if grid is None:
-        grid = (block_m, block_n) if kernel in ("forward", "dq") else None
     if kernel in ("forward", "dq"):
-        gm, gn = grid
+        gm, gn = grid or (block_m, block_n)
         return sum(max((start_m // gm) * gm - far + 1, 0) // gn * gn // block_n
                    for start_m in range(0, length, block_m))
     total = 0
