@@ -6,36 +6,12 @@ imports ``fairseq_urpe`` and registers the kind; no file of the repository is to
 import math
 
 import pytest
-import torch
-from torch import nn
 
 from fairseq_urpe.fairseq_runs import eval_lm_result, fairseq_command, fairseq_env, run
-from fairseq_urpe.modules import RelativePositionFunction
-from fairseq_urpe.modules.precision import at_least_float32
 from tests.cli.lm_runs import REPO, load_checkpoint, parse_hypotheses
+from tests.cli.sqrt_kind import HEADS, KIND
 
-KIND = "sqrt_test"
-HEADS, TPS, UPDATES = 4, 64, 12
-
-
-class SqrtDistanceBias(RelativePositionFunction):
-    """``b_h(k) = -w_h sqrt(|k|)`` with a learned ``w`` (H,) starting at 0.5: a bias no kind of the package has."""
-
-    def __init__(self, num_heads: int):
-        super().__init__()
-        self.weight = nn.Parameter(torch.full((num_heads,), 0.5))
-
-    def by_distance(self, distance: torch.Tensor) -> torch.Tensor:
-        weight = at_least_float32(self.weight).view(-1, *([1] * distance.dim()))  # (H, 1, ...)
-        return -weight * distance.abs().to(weight.dtype).sqrt()  # (H, ...)
-
-
-def register() -> None:
-    """What a plugin adds for a new kind: its registry entry."""
-    from fairseq_urpe.models.position_kinds import PositionKind, register_kind
-
-    register_kind(KIND, PositionKind(SqrtDistanceBias, lambda shape, options: (shape.num_heads,),
-                                     "-w_h sqrt(|k|), learned w (a test's kind)"))
+TPS, UPDATES = 64, 12
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +20,7 @@ def kind_runs(brown_data, tmp_path_factory):
     user_dir = root / "sqrt_test_kind"
     user_dir.mkdir()
     (user_dir / "__init__.py").write_text(
-        "import fairseq_urpe  # noqa: F401\nfrom tests.cli.test_registered_kind import register\n\nregister()\n"
+        "import fairseq_urpe  # noqa: F401\nfrom tests.cli.sqrt_kind import register\n\nregister()\n"
     )
     env = fairseq_env(threads=1, PYTHONPATH=str(REPO))
     common = [brown_data.bin, "--task", "language_modeling", "--user-dir", user_dir, "--cpu", "--num-workers", "0"]

@@ -15,8 +15,8 @@ pytestmark = pytest.mark.every_triton  # the kernel itself: run again under the 
 from fairseq_urpe.kernels import fused_urpe_attention as kernel  # noqa: E402
 from fairseq_urpe.kernels.fused_urpe_attention import attention_dropout_mask, fused_causal_urpe_attention  # noqa: E402
 from fairseq_urpe.kernels.reference import causal_urpe_attention_reference  # noqa: E402
-from tests.kernels.test_fused_urpe_attention import make_inputs  # noqa: E402
-from tests.modules.test_relative_multihead_attention import EMBED, HEADS, make_attention  # noqa: E402
+from tests.attention_builders import EMBED, HEADS, make_t5_attention  # noqa: E402
+from tests.kernels.kernel_inputs import make_inputs  # noqa: E402
 from tests.reference import causal_mask  # noqa: E402
 
 
@@ -131,7 +131,7 @@ def test_attention_module_fused_dropout_equals_its_dense_path_fed_the_same_mask(
     upstream = torch.randn(length, batch, EMBED, dtype=torch.float64)
     results = []
     for impl in ("fused", "dense"):
-        attn = make_attention("urpe_unique", seed=3, dropout=drop)
+        attn = make_t5_attention("urpe_unique", seed=3, dropout=drop)
         attn.attention_impl = impl
         attn.train()
         with monkeypatch.context() as patch:

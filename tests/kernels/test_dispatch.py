@@ -14,7 +14,7 @@ pytest.importorskip("triton")
 from fairseq_urpe.kernels import dispatch  # noqa: E402
 from fairseq_urpe.kernels.dispatch import is_future_mask, use_fused_attention  # noqa: E402
 from tests.models.conftest import build_lm, dict_dir  # noqa: E402,F401  (fixtures)
-from tests.modules.test_relative_multihead_attention import EMBED, HEADS, make_attention  # noqa: E402
+from tests.attention_builders import BIASES, EMBED, HEADS, make_t5_attention  # noqa: E402
 from tests.reference import causal_mask  # noqa: E402
 
 
@@ -123,7 +123,7 @@ def fused_calls(monkeypatch):
 @pytest.mark.parametrize("kind", ["rpe", "urpe_bucketed", "urpe_unique"])
 def test_attention_module_fused_equals_dense_forward_and_backward(kind, fused_calls):
     length, batch = 50, 2  # > max_distance 10: clamped and log buckets, and far tiles in every kernel
-    fused, dense = make_attention(kind, seed=length), make_attention(kind, seed=length)
+    fused, dense = make_t5_attention(kind, seed=length), make_t5_attention(kind, seed=length)
     fused.attention_impl, dense.attention_impl = "fused", "dense"
     x = torch.randn(length, batch, EMBED, dtype=torch.float64, requires_grad=True)
     padding = torch.zeros(batch, length, dtype=torch.bool)
@@ -186,7 +186,6 @@ def test_model_fused_equals_dense_and_generation_uses_dense(build_lm, fused_call
 def test_every_bias_kind_fused_equals_dense_with_unique_toeplitz(bias_kind, fused_calls):
     """The kernel takes each kind's table by distance (the modules' shared call shape) and its gradient."""
     from fairseq_urpe.modules import RelativeMultiheadAttention, ToeplitzReweighting
-    from tests.modules.test_attention_family import BIASES
 
     length, batch = 19, 2
     attns = []
@@ -236,7 +235,7 @@ def test_a_failing_first_launch_of_a_new_specialisation_falls_back_in_auto_and_r
     fused_calls = []
     monkeypatch.setattr("fairseq_urpe.modules.relative_multihead_attention.fused_relative_attention",
                         spy(dispatch.fused_relative_attention, fused_calls))
-    auto, dense = make_attention("urpe_unique", seed=4), make_attention("urpe_unique", seed=4)
+    auto, dense = make_t5_attention("urpe_unique", seed=4), make_t5_attention("urpe_unique", seed=4)
     dense.attention_impl = "dense"
     with caplog.at_level(logging.WARNING, logger=dispatch.__name__):
         for length in (32, 32, 19):

@@ -19,7 +19,7 @@ from fairseq_urpe.kernels.fused_urpe_attention import (  # noqa: E402
     fused_causal_urpe_attention,
     table_reach,
 )
-from tests.kernels.test_fused_urpe_attention import assert_same_gradients  # noqa: E402
+from tests.kernels.kernel_inputs import assert_same_gradients  # noqa: E402
 
 
 def dense(q, k, v, b, c, padding, scale, dropout_mask=None):

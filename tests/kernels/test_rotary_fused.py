@@ -6,7 +6,7 @@ import torch
 pytest.importorskip("triton")
 
 from fairseq_urpe.kernels import dispatch  # noqa: E402
-from tests.modules.test_rotary_embedding import EMBED, make_attention  # noqa: E402
+from tests.attention_builders import EMBED, make_rotary_attention  # noqa: E402
 from tests.reference import causal_mask  # noqa: E402
 
 
@@ -14,7 +14,7 @@ def test_fused_kernel_takes_the_rotated_queries_and_keys(monkeypatch):
     calls = []
     monkeypatch.setattr("fairseq_urpe.modules.relative_multihead_attention.fused_relative_attention",
                         lambda *args, **kwargs: calls.append(1) or dispatch.fused_relative_attention(*args, **kwargs))
-    fused, dense = make_attention(urpe=True, seed=9), make_attention(urpe=True, seed=9)
+    fused, dense = make_rotary_attention(urpe=True, seed=9), make_rotary_attention(urpe=True, seed=9)
     fused.attention_impl, dense.attention_impl = "fused", "dense"
     x = torch.randn(13, 2, EMBED, dtype=torch.float64, requires_grad=True)
     results = []

@@ -16,7 +16,7 @@ pytest.importorskip("triton")
 from fairseq_urpe.kernels import dispatch  # noqa: E402
 from fairseq_urpe.kernels import fused_urpe_attention as kernel  # noqa: E402
 from fairseq_urpe.kernels.self_check import KernelConfig, check_lengths, kernel_error  # noqa: E402
-from tests.modules.test_relative_multihead_attention import EMBED, make_attention  # noqa: E402
+from tests.attention_builders import EMBED, make_t5_attention  # noqa: E402
 from tests.reference import causal_mask  # noqa: E402
 
 CONFIG = KernelConfig("cpu", torch.float64, 16, bias=True, toeplitz=True, padding=True, dropout=True)
@@ -94,7 +94,7 @@ def test_auto_attention_module_runs_dense_after_a_failed_self_check(checks, monk
     monkeypatch.setattr("fairseq_urpe.modules.relative_multihead_attention.fused_relative_attention",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
     x = torch.randn(19, 2, EMBED, dtype=torch.float64)
-    auto, dense = make_attention("urpe_unique", seed=1), make_attention("urpe_unique", seed=1)
+    auto, dense = make_t5_attention("urpe_unique", seed=1), make_t5_attention("urpe_unique", seed=1)
     dense.attention_impl = "dense"
     want = dense(x, x, x, attn_mask=causal_mask(19), need_weights=False)[0]
     got = auto(x, x, x, attn_mask=causal_mask(19), need_weights=False)[0]  # the check passes: fused

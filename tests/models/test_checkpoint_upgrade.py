@@ -84,7 +84,7 @@ def test_resuming_an_old_layout_checkpoint_with_reset_optimizer_trains_on_and_sa
 
 
 def test_an_encoder_state_dict_of_the_per_layer_layout_upgrades_too():
-    from tests.models.test_relative_encoder import build
+    from tests.models.encoder_builders import build
 
     model, _ = build("relative_encoder_urpe_tiny")
     with torch.no_grad():

@@ -11,7 +11,7 @@ from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq_urpe.models.architectures import variants
 from fairseq_urpe.models.position_kinds import POSITION_KINDS, SCORES, kinds_with_slopes
 from fairseq_urpe.modules.rotary_embedding import RotaryEmbedding
-from tests.modules.test_attention_family import BIASES
+from tests.attention_builders import BIASES
 
 REPO = Path(__file__).resolve().parents[2]
 README, USAGE = REPO / "README.md", REPO / "docs" / "usage.md"
@@ -119,7 +119,7 @@ def test_baseline_lists_in_the_wikitext_recipe_are_the_registry_s():
 
 
 def test_the_encoder_builds_every_kind_from_the_registry_too():
-    from tests.models.test_relative_encoder import build, tokens
+    from tests.models.encoder_builders import build, tokens
 
     model, task = build("relative_encoder_rpe_tiny", "--rpe-kind", "rope")
     assert isinstance(model.encoder.rotary, RotaryEmbedding) and model.encoder.layers[0].self_attn.position_bias is None

@@ -1,61 +1,11 @@
 """Every bias kind x {RPE, URPE bucketed, URPE unique} x {dot product, dot-product-free} against the
 dense reference, forward and backward in float64, and incremental decoding against the full forward."""
 
-import math
-
 import pytest
 import torch
 
-from fairseq_urpe.modules import (
-    ALiBiBias,
-    LearnedDistanceBias,
-    LogBias,
-    RelativeMultiheadAttention,
-    T5RelativeBias,
-    ToeplitzReweighting,
-)
-from tests.reference import causal_mask, dense_attention, position_matrix, press_alibi_slopes, t5_bucket, unique_index
-
-EMBED, HEADS = 12, 3
-BUCKETS, MAX_DISTANCE = 8, 6  # small, so the test lengths cover log buckets and clipping
-
-
-def softplus(x):
-    return torch.log1p(torch.exp(x))
-
-
-# kind -> (module factory, reference value of b_h(d) as a scalar tensor given the module)
-BIASES = {
-    "t5": (lambda: T5RelativeBias(HEADS, BUCKETS, MAX_DISTANCE), lambda m, h, d: m.weight[h, t5_bucket(d, BUCKETS, MAX_DISTANCE)]),
-    "alibi": (lambda: ALiBiBias(HEADS), lambda m, h, d: torch.tensor(-press_alibi_slopes(HEADS)[h] * abs(d), dtype=torch.float64)),
-    "alibi_learned": (lambda: ALiBiBias(HEADS, learnable=True), lambda m, h, d: -m.slopes[h] * abs(d)),
-    "log": (lambda: LogBias(HEADS), lambda m, h, d: -softplus(m.rho[h]) * math.log(1 + abs(d))),
-    "log_fixed": (lambda: LogBias(HEADS, learnable=False),
-                  lambda m, h, d: torch.tensor(-8 * press_alibi_slopes(HEADS)[h] * math.log(1 + abs(d)), dtype=torch.float64)),
-    "learned": (lambda: LearnedDistanceBias(HEADS, MAX_DISTANCE), lambda m, h, d: m.weight[h, unique_index(d, MAX_DISTANCE)]),
-    "none": (lambda: None, None),
-}
-TOEPLITZ = {
-    "rpe": (lambda: None, None),
-    "urpe_bucketed": (lambda: ToeplitzReweighting(HEADS, "bucketed", BUCKETS, MAX_DISTANCE),
-                      lambda m, h, d: m.weight[h, t5_bucket(d, BUCKETS, MAX_DISTANCE)]),
-    "urpe_unique": (lambda: ToeplitzReweighting(HEADS, "unique", max_distance=MAX_DISTANCE),
-                    lambda m, h, d: m.weight[h, unique_index(d, MAX_DISTANCE)]),
-}
-SCORES = {"dot_product": True, "dot_product_free": False}
-
-
-def make_attention(kind, toeplitz_kind, dot_product, seed=0):
-    torch.manual_seed(seed)
-    attn = RelativeMultiheadAttention(
-        EMBED, HEADS, BIASES[kind][0](), TOEPLITZ[toeplitz_kind][0](), dot_product=dot_product
-    ).double()
-    for name, p in attn.named_parameters():
-        if name.startswith("toeplitz"):
-            torch.nn.init.uniform_(p, -1.5, 2.5)
-        elif name.startswith("position_bias") or name.endswith("bias"):
-            torch.nn.init.normal_(p)
-    return attn
+from tests.attention_builders import BIASES, EMBED, HEADS, SCORES, TOEPLITZ, make_family_attention
+from tests.reference import causal_mask, dense_attention, position_matrix
 
 
 def reference_matrix(module, value_of, length):
@@ -70,7 +20,7 @@ ALL = [(k, t, s) for k in BIASES for t in TOEPLITZ for s in SCORES]
 @pytest.mark.parametrize("kind,toeplitz_kind,scores", ALL)
 def test_matches_dense_reference_forward_and_backward(kind, toeplitz_kind, scores):
     length, batch = 11, 2  # 11 > MAX_DISTANCE: log buckets and clipped distances are exercised
-    attn = make_attention(kind, toeplitz_kind, SCORES[scores], seed=len(kind) + len(toeplitz_kind))
+    attn = make_family_attention(kind, toeplitz_kind, SCORES[scores], seed=len(kind) + len(toeplitz_kind))
     x = torch.randn(length, batch, EMBED, dtype=torch.float64, requires_grad=True)
     padding = torch.zeros(batch, length, dtype=torch.bool)
     padding[0, -3:] = True
@@ -94,7 +44,7 @@ def test_matches_dense_reference_forward_and_backward(kind, toeplitz_kind, score
 @pytest.mark.parametrize("kind,toeplitz_kind,scores", ALL)
 def test_incremental_decoding_equals_full_forward(kind, toeplitz_kind, scores):
     length, batch = 9, 2
-    attn = make_attention(kind, toeplitz_kind, SCORES[scores], seed=7).eval()
+    attn = make_family_attention(kind, toeplitz_kind, SCORES[scores], seed=7).eval()
     x = torch.randn(length, batch, EMBED, dtype=torch.float64)
     full, _ = attn(x, x, x, attn_mask=causal_mask(length), need_weights=False)
     state, steps = {}, []
@@ -107,7 +57,7 @@ def test_incremental_decoding_equals_full_forward(kind, toeplitz_kind, scores):
 def test_dot_product_free_scores_ignore_the_queries():
     """Without QK^T the attention pattern depends on positions only: permuting the other tokens'
     content changes the output only through the values."""
-    attn = make_attention("alibi", "urpe_bucketed", dot_product=False)
+    attn = make_family_attention("alibi", "urpe_bucketed", dot_product=False)
     x = torch.randn(6, 1, EMBED, dtype=torch.float64)
     _, weights = attn(x, x, x, attn_mask=causal_mask(6), need_head_weights=True)
     _, other = attn(torch.randn_like(x), None, None, attn_mask=causal_mask(6), need_head_weights=True)

@@ -1,29 +1,9 @@
 import pytest
 import torch
 
-from fairseq_urpe.modules import RelativeMultiheadAttention, T5RelativeBias, ToeplitzReweighting
+from tests.attention_builders import EMBED, HEADS, make_t5_attention
 from tests.capabilities import needs_cpu_float16
 from tests.reference import causal_mask, dense_attention, index_matrix, t5_bucket, unique_index
-
-EMBED, HEADS = 12, 3  # head dim 4
-
-
-def make_attention(kind, seed=0, num_buckets=8, max_distance=10, dropout=0.0):
-    """RPE or URPE attention in float64 with random (not initial) position parameters."""
-    torch.manual_seed(seed)
-    bias = T5RelativeBias(HEADS, num_buckets, max_distance)
-    toeplitz = None
-    if kind == "urpe_bucketed":
-        toeplitz = ToeplitzReweighting(HEADS, "bucketed", num_buckets, max_distance)
-    elif kind == "urpe_unique":
-        toeplitz = ToeplitzReweighting(HEADS, "unique", max_distance=max_distance)
-    attn = RelativeMultiheadAttention(EMBED, HEADS, bias, toeplitz, dropout=dropout).double()
-    torch.nn.init.normal_(bias.weight)
-    if toeplitz is not None:
-        torch.nn.init.uniform_(toeplitz.weight, -1.5, 2.5)
-    for proj in (attn.q_proj, attn.k_proj, attn.v_proj, attn.out_proj):
-        torch.nn.init.normal_(proj.bias)
-    return attn
 
 
 def reference_indices(kind, length, num_buckets=8, max_distance=10):
@@ -42,7 +22,7 @@ KINDS = ["rpe", "urpe_bucketed", "urpe_unique"]
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("length,batch", [(1, 1), (7, 3), (23, 2)])  # 23 > max_distance: clamped and log buckets
 def test_matches_dense_reference_forward_and_backward(kind, length, batch):
-    attn = make_attention(kind, seed=length)
+    attn = make_t5_attention(kind, seed=length)
     x = torch.randn(length, batch, EMBED, dtype=torch.float64, requires_grad=True)
     padding = torch.zeros(batch, length, dtype=torch.bool)
     if batch > 1 and length > 2:
@@ -64,8 +44,8 @@ def test_matches_dense_reference_forward_and_backward(kind, length, batch):
 
 
 def test_urpe_with_all_ones_c_is_exactly_rpe_and_random_c_is_not():
-    rpe = make_attention("rpe", seed=3)
-    urpe = make_attention("urpe_bucketed", seed=3)
+    rpe = make_t5_attention("rpe", seed=3)
+    urpe = make_t5_attention("urpe_bucketed", seed=3)
     urpe.load_state_dict({**rpe.state_dict(), "toeplitz.weight": torch.ones_like(urpe.toeplitz.weight)})
     x = torch.randn(9, 2, EMBED, dtype=torch.float64)
     mask = causal_mask(9)
@@ -83,7 +63,7 @@ def test_urpe_with_all_ones_c_is_exactly_rpe_and_random_c_is_not():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_incremental_decoding_equals_full_forward_including_beam_reorder(kind):
-    attn = make_attention(kind, seed=5).eval()
+    attn = make_t5_attention(kind, seed=5).eval()
     length, batch, split = 15, 3, 6
     x = torch.randn(length, batch, EMBED, dtype=torch.float64)
     new_order = torch.tensor([2, 0, 0])  # a beam step: hypotheses reordered and duplicated
@@ -104,7 +84,7 @@ def test_incremental_decoding_equals_full_forward_including_beam_reorder(kind):
 
 
 def test_incremental_decoding_keeps_key_padding_of_the_prompt():
-    attn = make_attention("urpe_bucketed", seed=8).eval()
+    attn = make_t5_attention("urpe_bucketed", seed=8).eval()
     x = torch.randn(6, 2, EMBED, dtype=torch.float64)
     padding = torch.zeros(2, 6, dtype=torch.bool)
     padding[1, :2] = True  # left padding, as in batched generation
@@ -117,7 +97,7 @@ def test_incremental_decoding_keeps_key_padding_of_the_prompt():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_inputs_far_beyond_the_bucket_range_stay_finite_and_normalised(kind):
-    attn = make_attention(kind, seed=11)
+    attn = make_t5_attention(kind, seed=11)
     x = torch.randn(200, 2, EMBED, dtype=torch.float64)  # 20x max_distance
     out, weights = attn(x, x, x, attn_mask=causal_mask(200), need_head_weights=True)
     assert torch.isfinite(out).all()
@@ -127,7 +107,7 @@ def test_inputs_far_beyond_the_bucket_range_stay_finite_and_normalised(kind):
 
 @needs_cpu_float16
 def test_half_precision_adds_bias_and_takes_softmax_in_float32():
-    attn = make_attention("urpe_bucketed", seed=2).float()
+    attn = make_t5_attention("urpe_bucketed", seed=2).float()
     with torch.no_grad():
         # Scores near 20000 from q.k plus a bias of 50000 at distance 1: the sum overflows float16 (65504).
         attn.q_proj.bias.fill_(100.0)
@@ -145,7 +125,7 @@ def test_half_precision_adds_bias_and_takes_softmax_in_float32():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, pytest.param(torch.float16, marks=needs_cpu_float16)])
 def test_cpu_autocast_runs_without_overflow(dtype):
-    attn = make_attention("urpe_unique", seed=4).float()
+    attn = make_t5_attention("urpe_unique", seed=4).float()
     x = torch.randn(16, 2, EMBED, requires_grad=True)
     with torch.autocast("cpu", dtype=dtype):
         out, weights = attn(x, x, x, attn_mask=causal_mask(16, torch.float32), need_weights=True)
@@ -156,7 +136,7 @@ def test_cpu_autocast_runs_without_overflow(dtype):
 
 
 def test_attention_dropout_applies_to_the_reweighted_matrix():
-    attn = make_attention("urpe_bucketed", seed=6, dropout=0.5).train()
+    attn = make_t5_attention("urpe_bucketed", seed=6, dropout=0.5).train()
     x = torch.randn(8, 1, EMBED, dtype=torch.float64)
     torch.manual_seed(123)
     out, _ = attn(x, x, x, attn_mask=causal_mask(8))
@@ -170,7 +150,7 @@ def test_attention_dropout_applies_to_the_reweighted_matrix():
 
 
 def test_refuses_cross_attention_inputs():
-    attn = make_attention("rpe")
+    attn = make_t5_attention("rpe")
     x, memory = torch.randn(3, 1, EMBED, dtype=torch.float64), torch.randn(5, 1, EMBED, dtype=torch.float64)
     with pytest.raises(ValueError, match="self-attention only"):
         attn(x, memory, memory)

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from fairseq_urpe.modules.reweighted_softmax import expand_by_distance, softmax_reweight_values
-from tests.modules.test_relative_multihead_attention import EMBED, make_attention
+from tests.attention_builders import EMBED, make_t5_attention
 from tests.reference import causal_mask
 
 
@@ -57,6 +57,6 @@ def test_urpe_keeps_what_rpe_keeps_for_backward_plus_only_a_small_table():
     """URPE keeps softmax(S), as RPE does, not also A ⊙ C or C: its extra is O(S), c's table by distance."""
     length, batch = 32, 1  # batch 1: an (H, T, S) C would be as large as the scores
     x = torch.randn(length, batch, EMBED, dtype=torch.float64, requires_grad=True)
-    rpe = saved_bytes(make_attention("rpe"), x, causal_mask(length))
-    urpe = saved_bytes(make_attention("urpe_bucketed"), x, causal_mask(length))
+    rpe = saved_bytes(make_t5_attention("rpe"), x, causal_mask(length))
+    urpe = saved_bytes(make_t5_attention("urpe_bucketed"), x, causal_mask(length))
     assert urpe - rpe <= (3 + 1) * (2 * length - 1) * 8  # c's (H, T + S - 1) float64 table and its bucket index

@@ -5,21 +5,12 @@ URPE's C, incremental decoding, and the property that makes it relative."""
 import pytest
 import torch
 
-from fairseq_urpe.modules import RelativeMultiheadAttention, ToeplitzReweighting
+from fairseq_urpe.modules import RelativeMultiheadAttention
 from fairseq_urpe.modules.position_tables import rotate
 from fairseq_urpe.modules.rotary_embedding import RotaryEmbedding
+from tests.attention_builders import EMBED, make_rotary_attention
+from tests.attention_builders import ROTARY_HEADS as HEADS
 from tests.reference import causal_mask, dense_attention, position_matrix, rope_complex, unique_index
-
-EMBED, HEADS = 12, 2  # head dim 6: three rotating pairs
-
-
-def make_attention(urpe, seed=0, base=10000.0):
-    torch.manual_seed(seed)
-    toeplitz = ToeplitzReweighting(HEADS, "unique", max_distance=5) if urpe else None
-    attn = RelativeMultiheadAttention(EMBED, HEADS, toeplitz=toeplitz, rotary=RotaryEmbedding(EMBED // HEADS, base)).double()
-    for name, p in attn.named_parameters():
-        torch.nn.init.uniform_(p, -1.5, 2.5) if name.startswith("toeplitz") else torch.nn.init.normal_(p)
-    return attn
 
 
 @pytest.mark.parametrize("base", [10000.0, 7.0])
@@ -41,7 +32,7 @@ def test_rotated_dot_products_depend_on_the_distance_only():
 @pytest.mark.parametrize("urpe", [False, True], ids=["rope", "urpe_rope"])
 def test_matches_the_complex_reference_forward_and_backward(urpe):
     length, batch = 11, 2
-    attn = make_attention(urpe, seed=3, base=50.0)  # a small base: angles up to ~10 rad within 11 positions
+    attn = make_rotary_attention(urpe, seed=3, base=50.0)  # a small base: angles up to ~10 rad within 11 positions
     x = torch.randn(length, batch, EMBED, dtype=torch.float64, requires_grad=True)
     padding = torch.zeros(batch, length, dtype=torch.bool)
     padding[0, -3:] = True
@@ -55,7 +46,7 @@ def test_matches_the_complex_reference_forward_and_backward(urpe):
 
 
 def test_incremental_decoding_keeps_keys_rotated_at_their_own_positions():
-    attn = make_attention(urpe=True, seed=5).eval()
+    attn = make_rotary_attention(urpe=True, seed=5).eval()
     x = torch.randn(9, 2, EMBED, dtype=torch.float64)
     full, _ = attn(x, x, x, attn_mask=causal_mask(9))
     state = {}
