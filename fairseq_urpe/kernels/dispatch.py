@@ -86,22 +86,42 @@ def use_fused_attention(
     """
     if impl not in IMPLS:
         raise ValueError(f"{FLAG} must be one of {', '.join(IMPLS)}; got {impl!r}")
-    if impl == "dense" or incremental or need_weights:
-        return False
+    if impl == "dense":
+        return log_path(False, f"{FLAG} dense")
+    if incremental:
+        return log_path(False, "incremental decoding, which always runs dense")
+    if need_weights:
+        return log_path(False, "the attention weights are asked for")
     reason = _why_not_fused(x, dropout_p, dot_product, forced=impl == "fused")
     if reason is not None and impl == "auto":
         if reason.startswith("triton "):  # a triton that is there but not one the kernel runs with: say so, once
             _warn_once(("triton", reason), f"fused attention is off: {reason}; the dense attention runs instead "
                                            f"({FLAG} dense silences this).")
-        return False
+        return log_path(False, reason)
     if not is_future_mask(attn_mask, x.size(2)):
-        return False
+        return log_path(False, "a mask other than fairseq's causal future mask")
     if reason is not None:
         raise RuntimeError(f"{FLAG} fused cannot run here: {reason}. Use {FLAG} auto (or dense).")
     tf32 = x.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32  # the kernel reads the flag per call
     config = KernelConfig(str(x.device), x.dtype, x.size(-1), bool(tables[0]), bool(tables[1]), bool(padding),
                           dropout_p > 0, tf32)
-    return self_check_passed(impl, config)
+    if self_check_passed(impl, config):
+        return log_path(True, config.describe())
+    return log_path(False, f"the fused kernel failed its self-check on {config.describe()}")
+
+
+# Attention paths already logged by this process (log_path).
+_PATHS_LOGGED = set()
+
+
+def log_path(fused: bool, why: str) -> bool:
+    """Log ``attention path: fused (<configuration>)`` or ``attention path: dense (<why>)`` once per process
+    for each distinct line (INFO, so a fairseq run's log names the path its attention took); returns ``fused``."""
+    line = f"attention path: {'fused' if fused else 'dense'} ({why})"
+    if line not in _PATHS_LOGGED:
+        _PATHS_LOGGED.add(line)
+        logger.info(line)
+    return fused
 
 
 def self_check_passed(impl: str, config: KernelConfig) -> bool:

@@ -75,9 +75,11 @@ class RelativePositionConfig(FairseqDataclass):
     urpe_attention_impl: ATTENTION_IMPL_CHOICES = field(
         default="auto",
         metadata={
-            "help": "'fused': the Triton kernel (CUDA; an error where it cannot run), 'dense': plain PyTorch, "
-            "'auto': fused where it can run (CUDA, Triton, no attention dropout), else dense. Incremental "
-            "decoding always uses the dense path"
+            "help": "'auto': the fused Triton kernel where it can run (CUDA, a supported triton, float16/bfloat16 "
+            "or TF32 float32, head dim <= 128, dot-product scores, fairseq's causal mask) and passed its first-use "
+            "self-check, else dense; 'fused': the kernel, or an error naming this flag where it cannot run "
+            "(for GPU runs that must not fall back); 'dense': plain PyTorch. Incremental decoding always runs "
+            "dense. The log names the path taken ('attention path: ...')"
         },
     )
     absolute_positions: bool = field(

@@ -266,3 +266,22 @@ def test_launch_key_tells_triton_specialisations_apart():
     assert key(19) == key(21)  # the same specialisation
     assert key(32) == key(48)
     assert len({key(19), key(32), key(1), key(19, offset=1), key(19, dropout_p=0.1)}) == 5
+
+
+def test_the_path_taken_is_logged_once_per_distinct_reason(monkeypatch, caplog):
+    """Each run's log names its attention path: one INFO line per distinct path and reason, not per call."""
+    monkeypatch.setattr(dispatch, "_PATHS_LOGGED", set())
+    with caplog.at_level(logging.INFO, logger=dispatch.__name__):
+        for _ in range(3):
+            assert not decide("dense")
+            assert not decide("auto", q_like(dtype=torch.float16))  # CPU tensors
+            assert not decide("auto", incremental=True)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("attention path: ")]
+    assert lines == ["attention path: dense (--urpe-attention-impl dense)",
+                     "attention path: dense (tensors are on cpu; the kernel needs CUDA (or TRITON_INTERPRET=1 on CPU, "
+                     "for tests))",
+                     "attention path: dense (incremental decoding, which always runs dense)"], lines
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=dispatch.__name__):
+        assert decide("fused", q_like(dtype=torch.float64))  # the interpreter, as every fused test here
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("attention path: fused (cpu, float64")]
