@@ -44,6 +44,29 @@ def press_alibi_slopes(n: int):
     return get_slopes_power_of_2(closest_power_of_2) + press_alibi_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2]
 
 
+def softplus(x):
+    return torch.log1p(torch.exp(x))
+
+
+# The formula of every position kind of the registry (fairseq_urpe.models.position_kinds), by its name,
+# written from the papers: ``BIAS_FORMULAS[kind](module, options, h, d)`` is ``b_h(d)`` (a float64 scalar
+# tensor, so gradients flow to the module's parameters) of ``module``, built with ``options`` (the
+# registry's options namespace: rpe_num_buckets, rpe_max_distance, rpe_slopes, ...);
+# ``ROTATION_FORMULAS[kind](x)`` is ``x`` (T, d) rotated by position. A kind of the registry that has a
+# module and no formula here fails tests/models/test_position_kinds.py.
+BIAS_FORMULAS = {
+    "t5": lambda m, o, h, d: m.weight[h, t5_bucket(d, o.rpe_num_buckets, o.rpe_max_distance, m.bidirectional)],
+    "alibi": lambda m, o, h, d: (
+        -m.slopes[h] * abs(d) if o.rpe_slopes == "learned"
+        else torch.tensor(-press_alibi_slopes(m.num_heads)[h] * abs(d), dtype=torch.float64)),
+    "log": lambda m, o, h, d: (  # Wang & E's log-RPE, slopes starting at 8x ALiBi's
+        -softplus(m.rho[h]) * math.log(1 + abs(d)) if o.rpe_slopes == "learned"
+        else torch.tensor(-8 * press_alibi_slopes(m.num_heads)[h] * math.log(1 + abs(d)), dtype=torch.float64)),
+    "learned": lambda m, o, h, d: m.weight[h, unique_index(d, o.rpe_max_distance, m.bidirectional)],
+}
+ROTATION_FORMULAS = {"rope": lambda x: rope_complex(x)}
+
+
 def position_matrix(tgt_len: int, src_len: int, heads: int, value_of) -> torch.Tensor:
     """``(H, T, S)`` tensor of ``value_of(h, i - j)`` (a scalar tensor, so gradients flow) for queries at
     the last T of S positions."""
