@@ -16,7 +16,7 @@ from typing import Callable, Dict, Optional, Tuple, Type
 
 from torch import nn
 
-from ..modules import (ALiBiBias, LearnedDistanceBias, LogBias, PositionModules, RotaryEmbedding, T5RelativeBias,
+from ..modules import (ALiBiBias, KerpleBias, LearnedDistanceBias, LogBias, PositionModules, RotaryEmbedding, T5RelativeBias,
                        ToeplitzReweighting)
 
 SCORES, QUERIES_KEYS = "position_bias", "rotary"  # the PositionModules slots a kind can fill
@@ -94,6 +94,12 @@ POSITION_KINDS: Dict[str, PositionKind] = {
         RotaryEmbedding, lambda s, o: (s.head_dim,),
         "q and k rotated by their positions, pair m by p 10000^(-2m/d), so q_i k_j depends on i - j (RoPE, Su et al.)",
         acts_on=QUERIES_KEYS, dot_product_free=False),
+    "kerple": PositionKind(
+        KerpleBias, lambda s, o: (s.num_heads, "log"),
+        "b_h(k) = -r1_h log(1 + r2_h |k|), r1, r2 > 0 learned per head (KERPLE's log kernel, Chi et al.)"),
+    "kerple_power": PositionKind(
+        KerpleBias, lambda s, o: (s.num_heads, "power"),
+        "b_h(k) = -r1_h |k|^r2_h, r1 > 0 and 0 < r2 <= 2 learned per head (KERPLE's power kernel, Chi et al.)"),
     "none": PositionKind(
         None, description="no position term (NoPE); the 'ape' variants keep fairseq's sinusoidal absolute embeddings",
         arch="nope", more_archs={"ape": {"absolute_positions": True}}),
