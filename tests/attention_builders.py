@@ -1,32 +1,75 @@
 """Attention modules in float64 with random (not initial) position parameters, shared by the tests of the
 dense attention (tests/modules), the kernel dispatch (tests/kernels) and the registry (tests/models).
 
-    make_t5_attention(kind)                   T5's bias, with URPE's C per bucket or per distance (or none)
-    make_family_attention(bias, C, scores)    any bias of BIASES x any C of TOEPLITZ, with or without Q K^T
-    make_rotary_attention(urpe)               RoPE, with or without a per-distance C
+    make_t5_attention(kind)                      T5's bias, with URPE's C per bucket or per distance (or none)
+    make_family_attention(case, C, scores)       a bias case of bias_cases() x any C of TOEPLITZ, with or
+                                                 without Q K^T
+    make_rotary_attention(urpe)                  RoPE, with or without a per-distance C
 
-``BIASES`` / ``TOEPLITZ`` map a name to ``(module factory, reference value of b_h(d) or c_h(d))``; the
-reference values are written from the formulas (``tests/reference.py``), not read from the modules' code.
+``bias_cases()`` is every kind of the registry that acts on the scores, once per value of ``--rpe-slopes``
+for the kinds that read it; ``make_bias(case)`` builds its module through the registry, and
+``tests/reference.BIAS_FORMULAS`` holds its formula. ``TOEPLITZ`` maps a parameterisation of C to
+``(module factory, reference value of c_h(d))``; the reference values are written from the formulas
+(``tests/reference.py``), not read from the modules' code.
 """
 
-import math
+from types import SimpleNamespace
+from typing import List, NamedTuple, Optional
 
 import torch
 
-from fairseq_urpe.modules import (
-    ALiBiBias,
-    LearnedDistanceBias,
-    LogBias,
-    RelativeMultiheadAttention,
-    RotaryEmbedding,
-    T5RelativeBias,
-    ToeplitzReweighting,
-)
-from tests.reference import press_alibi_slopes, t5_bucket, unique_index
+from fairseq_urpe.models.position_kinds import POSITION_KINDS, AttentionShape
+from fairseq_urpe.models.position_kinds import SCORES as ACTS_ON_SCORES
+from fairseq_urpe.modules import RelativeMultiheadAttention, RotaryEmbedding, T5RelativeBias, ToeplitzReweighting
+from tests.reference import BIAS_FORMULAS, t5_bucket, unique_index
 
 EMBED, HEADS = 12, 3  # head dim 4
 ROTARY_HEADS = 2  # head dim 6: three rotating pairs
 BUCKETS, MAX_DISTANCE = 8, 6  # the family's: small, so the test lengths cover log buckets and clipping
+SLOPES = ("fixed", "learned")  # the values of --rpe-slopes
+
+
+class BiasCase(NamedTuple):
+    """A kind that acts on the scores, with ``slopes`` (``--rpe-slopes``) for the kinds that read it."""
+
+    kind: str
+    slopes: Optional[str] = None
+
+    def __str__(self) -> str:
+        return self.kind if self.slopes is None else f"{self.kind}-{self.slopes}"
+
+    @property
+    def options(self) -> SimpleNamespace:
+        """The options the registry builds the module from: the family's buckets and distances."""
+        return SimpleNamespace(rpe_num_buckets=BUCKETS, rpe_max_distance=MAX_DISTANCE, rpe_init="zero",
+                               rpe_slopes=self.slopes)
+
+
+def bias_cases() -> List[BiasCase]:
+    """Every registered kind that acts on the scores, once per ``--rpe-slopes`` value where it reads it."""
+    cases = []
+    for name, kind in POSITION_KINDS.items():
+        if kind.acts_on == ACTS_ON_SCORES:
+            cases += [BiasCase(name, s) for s in SLOPES] if "rpe_slopes" in kind.reads else [BiasCase(name)]
+    return cases
+
+
+def one_case_per_kind() -> List[BiasCase]:
+    """:func:`bias_cases` with one case per kind: learned slopes where it reads them (a table with a gradient)."""
+    return [case for case in bias_cases() if case.slopes in (None, "learned")]
+
+
+def make_bias(case: BiasCase, num_heads: int = HEADS, bidirectional: bool = False):
+    """The case's module (``None`` for a kind without one), built by the registry."""
+    return POSITION_KINDS[case.kind].build(AttentionShape(num_heads, EMBED // num_heads, bidirectional), case.options)
+
+
+def bias_reference(case: BiasCase):
+    """``(module, h, d) -> b_h(d)`` from ``tests/reference.BIAS_FORMULAS``, or ``None`` for a kind without a module."""
+    if POSITION_KINDS[case.kind].module is None:
+        return None
+    formula = BIAS_FORMULAS[case.kind]
+    return lambda module, h, d: formula(module, case.options, h, d)
 
 
 def make_t5_attention(kind, seed=0, num_buckets=8, max_distance=10, dropout=0.0):
@@ -47,21 +90,6 @@ def make_t5_attention(kind, seed=0, num_buckets=8, max_distance=10, dropout=0.0)
     return attn
 
 
-def softplus(x):
-    return torch.log1p(torch.exp(x))
-
-
-# kind -> (module factory, reference value of b_h(d) as a scalar tensor given the module)
-BIASES = {
-    "t5": (lambda: T5RelativeBias(HEADS, BUCKETS, MAX_DISTANCE), lambda m, h, d: m.weight[h, t5_bucket(d, BUCKETS, MAX_DISTANCE)]),
-    "alibi": (lambda: ALiBiBias(HEADS), lambda m, h, d: torch.tensor(-press_alibi_slopes(HEADS)[h] * abs(d), dtype=torch.float64)),
-    "alibi_learned": (lambda: ALiBiBias(HEADS, learnable=True), lambda m, h, d: -m.slopes[h] * abs(d)),
-    "log": (lambda: LogBias(HEADS), lambda m, h, d: -softplus(m.rho[h]) * math.log(1 + abs(d))),
-    "log_fixed": (lambda: LogBias(HEADS, learnable=False),
-                  lambda m, h, d: torch.tensor(-8 * press_alibi_slopes(HEADS)[h] * math.log(1 + abs(d)), dtype=torch.float64)),
-    "learned": (lambda: LearnedDistanceBias(HEADS, MAX_DISTANCE), lambda m, h, d: m.weight[h, unique_index(d, MAX_DISTANCE)]),
-    "none": (lambda: None, None),
-}
 TOEPLITZ = {
     "rpe": (lambda: None, None),
     "urpe_bucketed": (lambda: ToeplitzReweighting(HEADS, "bucketed", BUCKETS, MAX_DISTANCE),
@@ -72,11 +100,11 @@ TOEPLITZ = {
 SCORES = {"dot_product": True, "dot_product_free": False}
 
 
-def make_family_attention(kind, toeplitz_kind, dot_product, seed=0):
-    """Bias ``kind`` of BIASES with C ``toeplitz_kind`` of TOEPLITZ, with or without ``Q K^T``."""
+def make_family_attention(case: BiasCase, toeplitz_kind, dot_product, seed=0):
+    """The bias of ``case`` with C ``toeplitz_kind`` of TOEPLITZ, with or without ``Q K^T``."""
     torch.manual_seed(seed)
     attn = RelativeMultiheadAttention(
-        EMBED, HEADS, BIASES[kind][0](), TOEPLITZ[toeplitz_kind][0](), dot_product=dot_product
+        EMBED, HEADS, make_bias(case), TOEPLITZ[toeplitz_kind][0](), dot_product=dot_product
     ).double()
     for name, p in attn.named_parameters():
         if name.startswith("toeplitz"):

@@ -44,6 +44,45 @@ def press_alibi_slopes(n: int):
     return get_slopes_power_of_2(closest_power_of_2) + press_alibi_slopes(2 * closest_power_of_2)[0::2][: n - closest_power_of_2]
 
 
+def softplus(x):
+    return torch.log1p(torch.exp(x))
+
+
+def kerple_coefficient(r, low: float, high: float = math.inf):
+    """KERPLE's ``r`` as Chi et al.'s code uses it: ``min(max(r, low), high)``, with the derivative 1 (their
+    code overwrites the parameter's data with the clamped value before each use, so the gradient taken
+    there reaches the parameter whole)."""
+    return r - r.detach() + min(max(r.item(), low), high)
+
+
+def kerple_power(r1, r2, d: int):
+    """``-r1 |d|^r2`` as ``-r1 exp(r2 ln|d|)`` (0 at ``d = 0``, where it has no gradient)."""
+    return -r1 * torch.exp(r2 * math.log(abs(d))) if d else 0.0 * (r1 + r2)
+
+
+# The formula of every position kind of the registry (fairseq_urpe.models.position_kinds), by its name,
+# written from the papers: ``BIAS_FORMULAS[kind](module, options, h, d)`` is ``b_h(d)`` (a float64 scalar
+# tensor, so gradients flow to the module's parameters) of ``module``, built with ``options`` (the
+# registry's options namespace: rpe_num_buckets, rpe_max_distance, rpe_slopes, ...);
+# ``ROTATION_FORMULAS[kind](x)`` is ``x`` (T, d) rotated by position. A kind of the registry that has a
+# module and no formula here fails tests/models/test_position_kinds.py.
+BIAS_FORMULAS = {
+    "t5": lambda m, o, h, d: m.weight[h, t5_bucket(d, o.rpe_num_buckets, o.rpe_max_distance, m.bidirectional)],
+    "alibi": lambda m, o, h, d: (
+        -m.slopes[h] * abs(d) if o.rpe_slopes == "learned"
+        else torch.tensor(-press_alibi_slopes(m.num_heads)[h] * abs(d), dtype=torch.float64)),
+    "log": lambda m, o, h, d: (  # Wang & E's log-RPE, slopes starting at 8x ALiBi's
+        -softplus(m.rho[h]) * math.log(1 + abs(d)) if o.rpe_slopes == "learned"
+        else torch.tensor(-8 * press_alibi_slopes(m.num_heads)[h] * math.log(1 + abs(d)), dtype=torch.float64)),
+    "learned": lambda m, o, h, d: m.weight[h, unique_index(d, o.rpe_max_distance, m.bidirectional)],
+    "kerple": lambda m, o, h, d: (  # Chi et al.: -r1 log(1 + r2 |d|), r1, r2 >= 0.01
+        -kerple_coefficient(m.r1[h], 0.01) * torch.log1p(kerple_coefficient(m.r2[h], 0.01) * abs(d))),
+    "kerple_power": lambda m, o, h, d: (  # Chi et al.: -r1 |d|^r2, r1 >= 0.01, 0.01 <= r2 <= 2
+        kerple_power(kerple_coefficient(m.r1[h], 0.01), kerple_coefficient(m.r2[h], 0.01, 2.0), d)),
+}
+ROTATION_FORMULAS = {"rope": lambda x: rope_complex(x)}
+
+
 def position_matrix(tgt_len: int, src_len: int, heads: int, value_of) -> torch.Tensor:
     """``(H, T, S)`` tensor of ``value_of(h, i - j)`` (a scalar tensor, so gradients flow) for queries at
     the last T of S positions."""

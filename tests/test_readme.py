@@ -6,7 +6,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
-NOT_SOURCE = {"build", "demo-out", "benchmark-out", "__pycache__"}  # ignored outputs (.gitignore)
+
+
+def ignored_folders():
+    """The top-level folders .gitignore names (outputs of the scripts, build folders), which need no place in the map."""
+    lines = (REPO / ".gitignore").read_text(encoding="utf-8").splitlines()
+    return {line.strip("/") for line in lines if line.endswith("/") and "*" not in line}
 
 
 def layout_folders():
@@ -37,7 +42,7 @@ def test_every_folder_in_the_readme_layout_exists():
 def test_every_top_level_folder_is_in_the_readme_layout():
     listed = {p.split("/")[0] for p in layout_folders()}
     folders = {p.name for p in REPO.iterdir() if p.is_dir() and not p.name.startswith(".")
-               and not p.name.endswith(".egg-info") and p.name not in NOT_SOURCE}
+               and not p.name.endswith(".egg-info") and p.name not in ignored_folders()}
     assert folders - listed == set(), folders - listed
 
 

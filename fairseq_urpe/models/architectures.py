@@ -1,20 +1,10 @@
 """Named architectures of ``relative_transformer_lm``: ``transformer_lm_<variant><size>``.
 
-Variant (what the position options default to; explicit flags still win), one pair per position kind
-of :mod:`.position_kinds` (its ``arch`` name part; T5's is ``rpe``, whose URPE form is plain ``urpe``):
-
-    rpe / urpe                 T5 bias; URPE adds the bucketed Toeplitz C
-    alibi / urpe_alibi         ALiBi linear bias, fixed slopes
-    log / urpe_log             logarithmic bias, learned slopes
-    learned / urpe_learned     one learned bias per distance (Shaw et al.)
-    nope / urpe_nope           no bias, no absolute positions (URPE: C alone)
-    ape / urpe_ape             no bias, fairseq's sinusoidal absolute positions
-    rope / urpe_rope           rotary embeddings: q and k rotated by their positions (Su et al.)
-    <any of these>_dpf         dot-product-free: scores from the bias alone (for nope/ape: a uniform
-                               causal average, reweighted by C in URPE); not for kinds that act on q, k
-
-Size: none (fairseq's ``transformer_lm``: 6 layers, width 512), ``_tiny`` (2 layers, width 64, for tests
-and the CPU demo), ``_wiki103`` (Baevski & Auli's adaptive-input model), ``_gpt2_small``.
+Each kind of the registry (:mod:`.position_kinds`) gives an RPE variant (its ``arch`` name part; T5's is
+``rpe``) and a URPE one (``urpe_<part>``; T5's is plain ``urpe``), each also dot-product-free
+(``<variant>_dpf``: scores from the bias alone) where the kind allows it, and each variant comes in every
+size of :data:`SIZES`. The variants preset the position options; explicit flags still win. The list, as
+registered: docs/architectures.md, written by :mod:`.arch_table`.
 """
 
 from fairseq.models import register_model_architecture

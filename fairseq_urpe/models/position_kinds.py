@@ -1,11 +1,11 @@
 """The registry of position kinds, one entry per ``--rpe-kind``, and the builder of their modules.
 
-Everything that lists or builds the kinds reads it: the option's choices and help
-(``relative_position_config``), the named archs (``architectures``), the encoder and decoder (through
-:func:`build_position_modules`), the family table of docs/usage.md, the README's and the examples' lists of archs (checked by
-tests) and the tests. A new kind is a module (``by_distance(distance) -> (H, ...)`` for the scores, or
-``rotation(positions, dtype) -> (cos, sin)`` for q and k) and one entry here, or, from outside the package
-(a plugin, a test), one call of :func:`register_kind`.
+Everything that lists or builds the kinds reads it: ``--rpe-kind``'s help and check
+(``relative_position_config``, :func:`build_position_modules`), the named archs (``architectures``), the
+encoder and decoder (through :func:`build_position_modules`), the generated table docs/architectures.md
+(``arch_table``) and the tests. A new kind is a module (``by_distance(distance) -> (H, ...)`` for the
+scores, or ``rotation(positions, dtype) -> (cos, sin)`` for q and k) and one entry here, or, from outside
+the package (a plugin, a test), one call of :func:`register_kind`.
 
 This is the config layer: errors here name the command-line option; the modules' own errors do not.
 """
@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Callable, Dict, Optional, Tuple, Type
 
-from fairseq.dataclass import ChoiceEnum
 from torch import nn
 
-from ..modules import (ALiBiBias, LearnedDistanceBias, LogBias, PositionModules, RotaryEmbedding, T5RelativeBias,
+from ..modules import (ALiBiBias, KerpleBias, LearnedDistanceBias, LogBias, PositionModules, RotaryEmbedding, T5RelativeBias,
                        ToeplitzReweighting)
 
 SCORES, QUERIES_KEYS = "position_bias", "rotary"  # the PositionModules slots a kind can fill
@@ -76,43 +75,47 @@ POSITION_KINDS: Dict[str, PositionKind] = {
     "t5": PositionKind(
         T5RelativeBias,
         lambda s, o: (s.num_heads, o.rpe_num_buckets, o.rpe_max_distance, s.bidirectional, str(o.rpe_init), BIAS_OPTIONS),
-        "learned scalar per head and log-spaced distance bucket (T5)",
+        "b_h(k) = w_h[bucket(k)], a learned scalar per head and T5 bucket: N/2 exact distances, then log-spaced "
+        "up to --rpe-max-distance, farther ones sharing the last (Raffel et al.)",
         reads=("rpe_num_buckets", "rpe_max_distance", "rpe_init"), arch="rpe"),
     "alibi": PositionKind(
-        ALiBiBias, lambda s, o: (s.num_heads, o.rpe_slopes == "learned"), "-m|k| with ALiBi's geometric slopes",
+        ALiBiBias, lambda s, o: (s.num_heads, o.rpe_slopes == "learned"),
+        "b_h(k) = -m_h |k| with ALiBi's geometric slopes m_h (Press et al.)",
         reads=("rpe_slopes",), slopes="fixed"),
     "log": PositionKind(
-        LogBias, lambda s, o: (s.num_heads, o.rpe_slopes == "learned"), "-m log(1+|k|), Wang & E's log-RPE",
+        LogBias, lambda s, o: (s.num_heads, o.rpe_slopes == "learned"),
+        "b_h(k) = -m_h log(1 + |k|), m_h > 0 starting at 8x ALiBi's slopes (Wang & E's log-RPE)",
         reads=("rpe_slopes",), slopes="learned"),
     "learned": PositionKind(
         LearnedDistanceBias, lambda s, o: (s.num_heads, o.rpe_max_distance, s.bidirectional, str(o.rpe_init), BIAS_OPTIONS),
-        "learned scalar per head and distance up to --rpe-max-distance (Shaw et al.)",
+        "b_h(k) = w_h[min(|k|, D)], a learned scalar per head and distance up to D = --rpe-max-distance (Shaw et al.)",
         reads=("rpe_max_distance", "rpe_init")),
     "rope": PositionKind(
-        RotaryEmbedding, lambda s, o: (s.head_dim,), "q and k rotated by their positions (RoPE, Su et al.)",
+        RotaryEmbedding, lambda s, o: (s.head_dim,),
+        "q and k rotated by their positions, pair m by p 10000^(-2m/d), so q_i k_j depends on i - j (RoPE, Su et al.)",
         acts_on=QUERIES_KEYS, dot_product_free=False),
+    "kerple": PositionKind(
+        KerpleBias, lambda s, o: (s.num_heads, "log"),
+        "b_h(k) = -r1_h log(1 + r2_h |k|), r1, r2 > 0 learned per head (KERPLE's log kernel, Chi et al.)"),
+    "kerple_power": PositionKind(
+        KerpleBias, lambda s, o: (s.num_heads, "power"),
+        "b_h(k) = -r1_h |k|^r2_h, r1 > 0 and 0 < r2 <= 2 learned per head (KERPLE's power kernel, Chi et al.)"),
     "none": PositionKind(
-        None, description="no position term (NoPE; the 'ape' archs keep fairseq's absolute embeddings)",
+        None, description="no position term (NoPE); the 'ape' variants keep fairseq's sinusoidal absolute embeddings",
         arch="nope", more_archs={"ape": {"absolute_positions": True}}),
 }
-
-# --rpe-kind's choices: argparse offers this Enum's members and hydra validates against them.
-KIND_CHOICES = ChoiceEnum(list(POSITION_KINDS))
 
 
 def register_kind(name: str, kind: PositionKind) -> None:
     """Add a kind from outside the package, after it is imported (a plugin's ``--user-dir``, a test):
-    ``--rpe-kind name`` then offers and builds it. The named archs were made at import; use any of them
+    ``--rpe-kind name`` then builds it (the option is a plain string, checked against the registry when
+    the model is built). The named archs were made at import; use any of them
     (or ``--arch relative_transformer_lm``) with ``--rpe-kind name``."""
     if name in POSITION_KINDS:
         raise ValueError(f"position kind {name!r} is already registered")
     if kind.acts_on not in PositionModules.SLOTS or kind.acts_on == "toeplitz":
         raise ValueError(f"a kind acts on {SCORES!r} or {QUERIES_KEYS!r}, got {kind.acts_on!r}")
     POSITION_KINDS[name] = kind
-    member = object.__new__(KIND_CHOICES)  # what Enum makes for each member, as aenum's extend_enum does
-    member._name_ = member._value_ = name
-    KIND_CHOICES._member_names_.append(name)
-    KIND_CHOICES._member_map_[name] = KIND_CHOICES._value2member_map_[name] = member
 
 
 def kinds_with_slopes() -> Tuple[str, ...]:

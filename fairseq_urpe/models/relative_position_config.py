@@ -6,7 +6,7 @@ from typing import Optional
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models.transformer import TransformerConfig
 
-from .position_kinds import KIND_CHOICES, POSITION_KINDS, kinds_with_slopes
+from .position_kinds import POSITION_KINDS, kinds_with_slopes
 
 SLOPE_CHOICES = ChoiceEnum(["fixed", "learned"])
 INIT_CHOICES = ChoiceEnum(["alibi", "zero"])
@@ -17,10 +17,11 @@ ATTENTION_IMPL_CHOICES = ChoiceEnum(["auto", "dense", "fused"])
 
 @dataclass
 class RelativePositionConfig(FairseqDataclass):
-    rpe_kind: KIND_CHOICES = field(
+    rpe_kind: str = field(
         default="t5",
         metadata={
-            "help": "the relative positions, b(k) added to the scores or q, k rotated: "
+            "help": "the relative positions, b(k) added to the scores or q, k rotated, one of the registry's kinds "
+            "(fairseq_urpe/models/position_kinds.py; a plugin may add more): "
             + "; ".join(f"'{name}': {kind.description}" for name, kind in POSITION_KINDS.items())
         },
     )

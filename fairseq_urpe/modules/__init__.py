@@ -2,6 +2,7 @@
 
 from .alibi_bias import ALiBiBias, alibi_slopes
 from .distance_index import BucketIndex, ClippedIndex, clipped_distance_index, relative_position_bucket
+from .kerple_bias import KerpleBias
 from .learned_distance_bias import LearnedDistanceBias
 from .learned_table import LearnedBias, LearnedTable
 from .log_bias import LogBias
@@ -18,6 +19,7 @@ __all__ = [
     "ClippedIndex",
     "clipped_distance_index",
     "relative_position_bucket",
+    "KerpleBias",
     "LearnedDistanceBias",
     "LearnedBias",
     "LearnedTable",

@@ -14,7 +14,7 @@ pytest.importorskip("triton")
 from fairseq_urpe.kernels import dispatch  # noqa: E402
 from fairseq_urpe.kernels.dispatch import is_future_mask, use_fused_attention  # noqa: E402
 from tests.models.conftest import build_lm, dict_dir  # noqa: E402,F401  (fixtures)
-from tests.attention_builders import BIASES, EMBED, HEADS, make_t5_attention  # noqa: E402
+from tests.attention_builders import EMBED, HEADS, make_bias, make_t5_attention, one_case_per_kind  # noqa: E402
 from tests.reference import causal_mask  # noqa: E402
 
 
@@ -182,8 +182,8 @@ def test_model_fused_equals_dense_and_generation_uses_dense(build_lm, fused_call
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("bias_kind", ["alibi_learned", "log", "learned", "none"])
-def test_every_bias_kind_fused_equals_dense_with_unique_toeplitz(bias_kind, fused_calls):
+@pytest.mark.parametrize("bias_case", one_case_per_kind(), ids=str)
+def test_every_bias_kind_fused_equals_dense_with_unique_toeplitz(bias_case, fused_calls):
     """The kernel takes each kind's table by distance (the modules' shared call shape) and its gradient."""
     from fairseq_urpe.modules import RelativeMultiheadAttention, ToeplitzReweighting
 
@@ -191,7 +191,7 @@ def test_every_bias_kind_fused_equals_dense_with_unique_toeplitz(bias_kind, fuse
     attns = []
     for impl in ("fused", "dense"):
         torch.manual_seed(7)
-        bias = BIASES[bias_kind][0]()
+        bias = make_bias(bias_case)
         toeplitz = ToeplitzReweighting(HEADS, "unique", max_distance=6)
         attn = RelativeMultiheadAttention(EMBED, HEADS, bias, toeplitz, attention_impl=impl).double()
         for p in attn.parameters():

@@ -1,29 +1,26 @@
-"""The registry of position kinds feeds the options, the archs, the builders, the README and the tests."""
+"""The registry of position kinds feeds the options, the archs, the builders, the generated table of archs
+(docs/architectures.md) and the tests."""
 
 import argparse
 import re
 from pathlib import Path
 
 import pytest
-from fairseq import options
 from fairseq.models import ARCH_CONFIG_REGISTRY
 
+from fairseq_urpe.models import arch_table
 from fairseq_urpe.models.architectures import variants
 from fairseq_urpe.models.position_kinds import POSITION_KINDS, SCORES, kinds_with_slopes
 from fairseq_urpe.modules.rotary_embedding import RotaryEmbedding
-from tests.attention_builders import BIASES
+from tests.reference import BIAS_FORMULAS, ROTATION_FORMULAS
 
 REPO = Path(__file__).resolve().parents[2]
-README, USAGE = REPO / "README.md", REPO / "docs" / "usage.md"
+README, USAGE, TABLE = REPO / "README.md", REPO / "docs" / "usage.md", REPO / "docs" / "architectures.md"
 
 
-def test_the_option_offers_exactly_the_registered_kinds(capsys):
-    parser = options.get_training_parser()
-    with pytest.raises(SystemExit):
-        options.parse_args_and_arch(parser, ["--arch", "transformer_lm_rpe_tiny", "--user-dir", "fairseq_urpe",
-                                             "--task", "language_modeling", "--rpe-kind", "?"])
-    choices = re.search(r"--rpe-kind: invalid choice: '\?' \(choose from (.*)\)", capsys.readouterr().err).group(1)
-    assert re.findall(r"'?(\w+)'?", choices) == list(POSITION_KINDS)
+def test_an_unregistered_kind_is_refused_naming_the_option_and_the_registered_kinds(build_lm):
+    with pytest.raises(ValueError, match=re.escape(f"--rpe-kind must be one of {', '.join(POSITION_KINDS)}; got 'xpos'")):
+        build_lm("transformer_lm_urpe_tiny", "--rpe-kind", "xpos")
 
 
 def test_every_kind_has_rpe_and_urpe_archs_and_dot_product_free_ones_where_it_can():
@@ -36,11 +33,11 @@ def test_every_kind_has_rpe_and_urpe_archs_and_dot_product_free_ones_where_it_ca
                 assert (f"{variant}_dpf" in table) == kind.dot_product_free
 
 
-def test_every_kind_is_checked_against_an_independent_reference():
-    """A new kind needs its reference test: scores kinds in test_attention_family.BIASES, rotations here."""
-    rotations_with_reference = {RotaryEmbedding}  # tests/modules/test_rotary_embedding.py
-    for name, kind in POSITION_KINDS.items():
-        assert name in BIASES if kind.acts_on == SCORES else kind.module in rotations_with_reference, name
+@pytest.mark.parametrize("name", [name for name, kind in POSITION_KINDS.items() if kind.module is not None])
+def test_every_kind_has_its_formula_in_the_reference(name):
+    """The dense tests (tests/modules/test_attention_family.py, test_rotary_embedding.py) check each kind
+    with a module against its formula in tests/reference.py; one without a formula fails here by name."""
+    assert name in (BIAS_FORMULAS if POSITION_KINDS[name].acts_on == SCORES else ROTATION_FORMULAS)
 
 
 def test_rope_archs_preset_the_kind_and_refuse_dot_product_free(build_lm, capsys):
@@ -68,54 +65,28 @@ def test_slopes_message_lists_the_kinds_with_slopes(build_lm):
         build_lm("transformer_lm_learned_tiny", "--rpe-slopes", "fixed")
 
 
-def test_usage_family_table_lists_exactly_the_registered_kinds_and_their_archs():
-    text = USAGE.read_text()
-    section = text[text.index("## The relative-position family"):text.index("## Inspecting a trained model")]
-    kinds = {re.match(r"\| `(\w+)`", line).group(1) for line in section.splitlines() if re.match(r"\| `\w+`", line)}
-    assert kinds == set(POSITION_KINDS)
-    for variant in variants():
-        if not variant.endswith("_dpf"):
-            assert f"`transformer_lm_{variant}`" in section, variant
+def test_the_architectures_table_is_what_the_registry_writes():
+    """docs/architectures.md is ``python -m fairseq_urpe.models.arch_table``'s output for the registry as it is."""
+    assert TABLE.read_text(encoding="utf-8") == arch_table.render(), (
+        "docs/architectures.md is out of date: python -m fairseq_urpe.models.arch_table > docs/architectures.md")
+    for name in POSITION_KINDS:
+        assert f"| `{name}` |" in TABLE.read_text(encoding="utf-8")
 
 
-def listed_pairs(text):
-    """The variants of a hand-written ``a/b, c/d`` list: every backticked name."""
-    return set(re.findall(r"`(\w+)`", text))
+@pytest.mark.parametrize("path", [README, USAGE], ids=lambda p: p.name)
+def test_the_docs_link_to_the_table_and_count_no_archs(path):
+    text = path.read_text(encoding="utf-8")
+    assert "architectures.md" in text
+    assert not re.search(r"\b\d+ (archs|architectures|variants|kinds)\b", text), re.search(
+        r".{0,60}\b\d+ (archs|architectures|variants|kinds)\b", text).group(0)
 
 
-def test_readme_and_usage_variant_lists_are_the_registry_s():
-    non_dpf = {v for v in variants() if not v.endswith("_dpf")}
-    dpf_kinds = {v[: -len("_dpf")] for v in variants() if v.endswith("_dpf")}
-    readme = README.read_text()
-    brief = readme[readme.index("## Architectures in brief"):readme.index("## Further reading")]
-    listed = listed_pairs(brief[brief.index("Variants:"):brief.index("with `_dpf`")])
-    assert listed == non_dpf
-    assert non_dpf - dpf_kinds == {v for v in non_dpf if "rope" in v}  # "each but RoPE with _dpf"
-    assert f": {len(variants()) * 4} archs" in brief
-    usage = USAGE.read_text()
-    section = usage[usage.index("The variants are the position family below"):usage.index("Every `transformer_lm` option")]
-    assert listed_pairs(section[: section.index("with `_dpf`")]) == non_dpf
-    assert f"{len(variants())} variants x" in section
-
-
-def test_architectures_docstring_lists_every_variant():
+def test_the_architectures_docstring_points_to_the_table_and_lists_no_variant():
     from fairseq_urpe.models import architectures
 
-    rows = [line.split()[0:3] for line in architectures.__doc__.splitlines() if " / " in line]
-    listed = {name for row in rows for name in row if name != "/"}
-    assert listed == {v for v in variants() if not v.endswith("_dpf")}
-
-
-def test_baseline_lists_in_the_wikitext_recipe_are_the_registry_s():
-    """run_baselines.sh reads its default ARCHS from the registry; its header and the recipe's README
-    spell the list out: ``transformer_lm_{rpe,urpe,...}_wiki103``."""
-    from fairseq_urpe.models.architectures import baseline_variants
-
-    for path in (REPO / "examples" / "wikitext103" / "run_baselines.sh", REPO / "examples" / "wikitext103" / "README.md"):
-        text = re.sub(r"\s+", "", re.sub(r"(?m)^#", "", path.read_text()))  # the list wraps over (comment) lines
-        listed = re.search(r"transformer_lm_\{([\w,]+)\}_wiki103", text).group(1).split(",")
-        assert sorted(listed) == sorted(baseline_variants()), path
-        assert re.search(rf"{len(baseline_variants()) + 1}(runs|inall)", text), path
+    assert "docs/architectures.md" in architectures.__doc__
+    assert not any(f" {v} " in architectures.__doc__ or f"`{v}`" in architectures.__doc__ for v in variants()
+                   if v not in ("rpe", "urpe")), architectures.__doc__
 
 
 def test_the_encoder_builds_every_kind_from_the_registry_too():

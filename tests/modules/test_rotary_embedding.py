@@ -10,7 +10,7 @@ from fairseq_urpe.modules.position_tables import rotate
 from fairseq_urpe.modules.rotary_embedding import RotaryEmbedding
 from tests.attention_builders import EMBED, make_rotary_attention
 from tests.attention_builders import ROTARY_HEADS as HEADS
-from tests.reference import causal_mask, dense_attention, position_matrix, rope_complex, unique_index
+from tests.reference import ROTATION_FORMULAS, causal_mask, dense_attention, position_matrix, rope_complex, unique_index
 
 
 @pytest.mark.parametrize("base", [10000.0, 7.0])
@@ -18,6 +18,15 @@ def test_rotation_equals_complex_multiplication_up_to_long_positions(base):
     x = torch.randn(3000, 8, dtype=torch.float64)
     got = rotate(x, RotaryEmbedding(8, base).rotation(torch.arange(3000), torch.float64))
     torch.testing.assert_close(got, rope_complex(x, base), rtol=1e-12, atol=1e-10)
+
+
+def test_the_rope_kind_of_the_registry_rotates_as_its_reference_formula():
+    from fairseq_urpe.models.position_kinds import POSITION_KINDS, AttentionShape
+
+    rope = POSITION_KINDS["rope"].build(AttentionShape(2, 8, False), None)
+    x = torch.randn(300, 8, dtype=torch.float64)
+    got = rotate(x, rope.rotation(torch.arange(300), torch.float64))
+    torch.testing.assert_close(got, ROTATION_FORMULAS["rope"](x), rtol=1e-12, atol=1e-10)
 
 
 def test_rotated_dot_products_depend_on_the_distance_only():
