@@ -7,7 +7,7 @@
 # transformer_lm_wiki103 (Baevski & Auli), transformer_lm_alibi_wiki103 at L = 512 with 9,216 tokens per
 # GPU batch (Press et al.'s WikiText-103 setting), and transformer_lm_rpe_wiki103 / transformer_lm_urpe_wiki103
 # with RPE_INIT=zero (the URPE paper's flat start). SWEEP=full is stock then the RPE and URPE archs of every
-# position kind of the plugin, read from its registry when the script runs (13 runs with today's kinds), all
+# position kind of the plugin, read from its registry when the script runs (DRY_RUN=1 lists them), all
 # at the recipe's L. ARCHS names the archs instead. The runs and their cost in GPU-hours (the README's
 # throughput model) are printed first; then every run is checked with train.sh's DRY_RUN (fairseq's parser,
 # its saved checkpoint) before any starts. A finished run is not trained again; an arch that fails is
