@@ -38,6 +38,7 @@ import argparse
 import json
 import logging
 import os
+import pickle
 import shlex
 import sys
 import time
@@ -53,6 +54,7 @@ import torch
 from fairseq import checkpoint_utils, options
 from fairseq.data.indexed_dataset import MMapIndexedDataset
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from omegaconf import OmegaConf
 
 from oom_retry import with_one_retry_at_half
 from output_tee import output_teed_to
@@ -243,18 +245,25 @@ def attention_path(train_log, plugin):
 
 
 def read_checkpoint(path):
-    """(cfg as a plain dict, num_updates, seconds of training) of a checkpoint, without loading its weights
-    where it can (a torch.save zip file: memory-mapped); older fairseq checkpoints are upgraded by fairseq."""
+    """(cfg as a plain dict, num_updates, seconds of training) of a checkpoint, its weights memory-mapped,
+    not read. torch >= 2.6 loads with ``weights_only=True`` unless told otherwise, and so does fairseq's own
+    loader; checkpoints of older fairseq versions hold an ``argparse.Namespace`` (``args``), which that
+    refuses. Such a checkpoint is then loaded with ``weights_only=False`` for the rest of this process
+    (TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1), saying so, and upgraded by fairseq to a ``cfg``."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-    except RuntimeError:  # not a zip file: an old checkpoint
+        state = torch.load(path, map_location="cpu", mmap=True)
+    except pickle.UnpicklingError:
+        print(f"== {path} holds more than tensors and plain values (an older fairseq checkpoint: its arguments as "
+              f"an argparse.Namespace); loading it with torch.load(weights_only=False), as a checkpoint you trust",
+              flush=True)
+        os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
+        state = None
+    except RuntimeError:  # not a zip file (torch.save's layout before torch 1.6): no memory map
         state = None
     if state is None or state.get("cfg") is None:
-        state = checkpoint_utils.load_checkpoint_to_cpu(path)
+        state = checkpoint_utils.load_checkpoint_to_cpu(path)  # upgrades args to cfg
     cfg = state["cfg"]
     if not isinstance(cfg, dict):
-        from omegaconf import OmegaConf
-
         cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     history = state.get("optimizer_history") or [{}]
     return cfg, history[-1].get("num_updates"), (state.get("extra_state") or {}).get("previous_training_time")

@@ -148,7 +148,7 @@ def saved_run(dry_run, save_dir, config):
             return None
     elif make_checkpoint_last_intact(save_dir) != 0:
         fail(f"cannot resume from {save_dir} (see above)")
-    state = torch.load(last, map_location="cpu", weights_only=False, mmap=True)
+    state = torch.load(last, map_location="cpu", mmap=True)
     found = differences(state["cfg"], config)
     if found:
         fail(f"{last} holds a run with other settings; refusing to resume it with these: "

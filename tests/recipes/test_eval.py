@@ -12,7 +12,7 @@ import pytest
 from fairseq_urpe.fairseq_runs import valid_losses
 
 from .conftest import PIPELINE_ARCHS, PIPELINE_RUNS, SMOKE_MAX_TOKENS, SMOKE_MAX_UPDATE, run_recipe
-from .dry_run import dry_run, eval_lm_args, eval_lm_commands, python_side
+from .dry_run import dry_run, eval_lm_args, eval_lm_commands, python_side, train_args
 
 L = 64  # train.sh's SMOKE block length
 RUNS = dict(zip(PIPELINE_ARCHS, PIPELINE_RUNS))
@@ -180,6 +180,30 @@ def test_released_model_check_builds_fairseqs_own_evaluation_command(outside, fu
         sliding = eval_lm_args(commands[split, "sliding window"])
         assert (sliding.sample_break_mode, sliding.max_tokens) == ("none", 512)  # one window of 3072 per forward
     assert "== DRY_RUN=1: not evaluating" in run.output and not (outside / "results").exists()
+
+
+def test_checkpoint_of_an_older_fairseq_with_its_arguments_as_a_namespace_is_read(tmp_path, monkeypatch,
+                                                                                 full_size_data, outside,
+                                                                                 stand_in_python):
+    """fairseq's released models predate its config objects: their ``args`` is an argparse.Namespace, which
+    torch >= 2.6 refuses to load with its default weights_only=True (fairseq's loader too). eval.sh reads
+    such a checkpoint (weights_only=False, saying so) through fairseq's own upgrade to a ``cfg``."""
+    import argparse
+
+    import torch
+
+    args = dry_run("train.sh", outside, full_size_data, stand_in_python, GPUS=1, ARCH="transformer_lm_wiki103")
+    namespace = train_args(args.check().output)
+    old = tmp_path / "model.pt"
+    torch.save({"args": namespace, "model": {}, "extra_state": {"previous_training_time": 12.5},
+                "optimizer_history": [{"criterion_name": "AdaptiveLoss", "optimizer_name": "NAG",
+                                       "lr_scheduler_state": {"best": None}, "num_updates": 7}]}, old)
+    assert isinstance(namespace, argparse.Namespace)
+    with pytest.raises(Exception, match="Weights only load failed"):
+        torch.load(old, map_location="cpu")
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "0")  # restored after the test
+    cfg, updates, seconds = python_side("eval_lm_table").read_checkpoint(str(old))
+    assert (cfg["model"]["_name"], cfg["task"]["tokens_per_sample"], updates, seconds) == ("transformer_lm_wiki103", 3072, 7, 12.5)
 
 
 def test_missing_checkpoint_fails_naming_it(outside):
