@@ -104,3 +104,15 @@ def test_required_batch_size_multiple_1_fills_18_blocks_of_512_where_fairseqs_de
     readme = " ".join((RECIPES / "README.md").read_text().split())
     assert ("At L = 512 with `--max-tokens 9216` (ALiBi's setting) a batch is then 16 blocks, 8,192 tokens, instead "
             "of the 18 blocks that fill it; with 1 it is 18.") in readme
+
+
+def test_readme_asks_for_the_gpu_check_and_a_fused_against_dense_parity_run_before_any_sweep():
+    from .readme_commands import code_commands
+
+    text = (RECIPES / "README.md").read_text()
+    commands = code_commands(text)
+    sweep = next(i for i, (script, _, _) in enumerate(commands) if script == "run_baselines.sh")
+    parity = [knobs for script, knobs, _ in commands[:sweep] if script == "train.sh" and knobs.get("MAX_UPDATE") == "2000"]
+    assert {k["ATTENTION_IMPL"] for k in parity} == {"fused", "dense"}
+    assert len({k["RUN_NAME"] for k in parity}) == len(parity)  # each in a folder of its own
+    assert text.index("`bash benchmarks/gpu_check.sh`") < text.index("```bash\nGPUS=8 MAX_UPDATE=2000")
