@@ -15,6 +15,8 @@
 #   BPE         none (words) or sentencepiece                        (default: none)
 #   VOCAB       SentencePiece vocabulary size, with BPE=sentencepiece (default: 32000)
 #   DATA_BIN    output folder   (default: $WT103_DIR/data-bin/wikitext-103, or ...-spm$VOCAB with BPE)
+#   SRCDICT     an existing dict.txt to encode with (fairseq-preprocess --srcdict), e.g. that of a released
+#               model, whose embeddings follow its dictionary's order (default: none, built from the train split)
 #   WORKERS     fairseq-preprocess workers and SentencePiece threads (default: the number of CPUs)
 #   FORCE       1: redo even if $DATA_BIN/.done exists              (default: 0)
 #   URPE_VENV   Python environment with fairseq (created if missing) (default: .venv in the repository)
@@ -31,15 +33,17 @@ RAW_DIR=$(abspath "${RAW_DIR:-$WT103_DIR/raw/wikitext-103}")
 BPE=${BPE:-none}
 VOCAB=${VOCAB:-32000}
 DATA_BIN=$(abspath "${DATA_BIN:-$(default_data_bin)}")
+SRCDICT=${SRCDICT:+$(abspath "$SRCDICT")}
 WORKERS=${WORKERS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 4)}
 FORCE=${FORCE:-0}
 note "$SCRIPT"
-show_knobs WT103_DIR RAW_DIR BPE VOCAB DATA_BIN WORKERS FORCE
+show_knobs WT103_DIR RAW_DIR BPE VOCAB DATA_BIN SRCDICT WORKERS FORCE
 case $BPE in none | sentencepiece) ;; *) die "BPE must be none or sentencepiece, got BPE=$BPE" ;; esac
 if [ "$BPE" = sentencepiece ]; then
   [[ $VOCAB =~ ^[0-9]+$ ]] && [ "$VOCAB" -ge 300 ] || die "VOCAB must be an integer >= 300 (256 byte pieces are part of it), got VOCAB=$VOCAB"
 fi
 [[ $WORKERS =~ ^[1-9][0-9]*$ ]] || die "WORKERS must be a positive integer, got WORKERS=$WORKERS"
+[ -z "$SRCDICT" ] || [ -f "$SRCDICT" ] || die "no such file: SRCDICT=$SRCDICT"
 
 if [ -f "$DATA_BIN/.done" ] && [ "$FORCE" != 1 ]; then
   note "already binarized: $DATA_BIN ($(head -n 1 "$DATA_BIN/.done")); FORCE=1 redoes it"
@@ -66,7 +70,7 @@ if [ "$BPE" = sentencepiece ]; then
 fi
 
 note "fairseq-preprocess ($WORKERS workers)"
-"$BIN/fairseq-preprocess" --only-source --workers "$WORKERS" --destdir "$staging" \
+"$BIN/fairseq-preprocess" --only-source --workers "$WORKERS" --destdir "$staging" ${SRCDICT:+--srcdict "$SRCDICT"} \
   --trainpref "$text/wiki.train.tokens" --validpref "$text/wiki.valid.tokens" --testpref "$text/wiki.test.tokens"
 # (fairseq-preprocess keeps its own log in $DATA_BIN/preprocess.log)
 rm -rf "$staging/text"
@@ -77,7 +81,8 @@ note "counting words (perplexity per word)"
 "$BIN/python" "$RECIPES/count_words.py" "$staging/words.json" \
   "valid=$RAW_DIR/wiki.valid.tokens" "test=$RAW_DIR/wiki.test.tokens"
 
-printf 'from %s, BPE=%s%s, %s\n' "$RAW_DIR" "$BPE" "$([ "$BPE" = none ] || echo " VOCAB=$VOCAB")" "$(date -u +%FT%TZ)" > "$staging/.done"
+printf 'from %s, BPE=%s%s%s, %s\n' "$RAW_DIR" "$BPE" "$([ "$BPE" = none ] || echo " VOCAB=$VOCAB")" \
+  "${SRCDICT:+ SRCDICT=$SRCDICT}" "$(date -u +%FT%TZ)" > "$staging/.done"
 rm -rf "$DATA_BIN"
 mv "$staging" "$DATA_BIN"
 note "binarized $DATA_BIN: $(($(wc -l < "$DATA_BIN/dict.txt") + 4)) symbols (dict.txt + 4 special)"

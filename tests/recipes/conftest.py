@@ -5,9 +5,12 @@ The expensive runs (binarizing, training, evaluating) are started once per sessi
 two at a time in the background, in the order the tests need them; each test waits for the runs it
 uses. Every script runs with ``OMP_NUM_THREADS=1`` (see tests/cli/conftest.py: more threads per process
 are many times slower on two busy cores), from a working directory outside the repository, with the
-environment of the interpreter running pytest (``URPE_VENV``).
+environment of the interpreter running pytest (``URPE_VENV``). Dry runs of full-size settings run their
+Python side in this process (``dry_run.py``) on ``full_size_data``, data-bin folders with WikiText-103's
+dictionary size.
 """
 
+import json
 import os
 import re
 import signal
@@ -30,10 +33,24 @@ SMOKE_MAX_TOKENS = 256  # train.sh's SMOKE defaults: --max-tokens, tokens per up
 SMOKE_BATCH_TOKENS = 512
 SMOKE_MAX_UPDATE = 40
 PIPELINE_ARCHS = ("transformer_lm_urpe_wiki103", "transformer_lm_wiki103")
-RESUME_MAX_UPDATE = 60  # the resume test: a run killed after its first checkpoint, then rerun
+# run_baselines.sh's run names of PIPELINE_ARCHS (its RPE_INIT default, zero; CPU: fp32)
+PIPELINE_RUNS = ("transformer_lm_urpe_wiki103-L64-init_zero-seed1-words-fp32-smoke",
+                 "transformer_lm_wiki103-L64-seed1-words-fp32-smoke")
+RESUME_MAX_UPDATE = 40  # the resume test: a run killed after its first checkpoint, then rerun
 RESUME_SAVE_INTERVAL = 20
+RESUME_KNOBS = dict(SMOKE=1, ARCH=PIPELINE_ARCHS[0], RUN_NAME="resume", MAX_UPDATE=RESUME_MAX_UPDATE,
+                    SAVE_INTERVAL_UPDATES=RESUME_SAVE_INTERVAL, LOG_INTERVAL=1)
 BPE_VOCAB = 500
-ZERO_START_MAX_UPDATE = 2  # the RPE_INIT=zero run: long enough to write a checkpoint
+WIKITEXT103_DICT = 267_744  # symbols of fairseq's dictionary of WikiText-103 (dict.txt + 4 special)
+
+
+KNOBS = ("ARCH", "ARCHS", "SWEEP", "SMOKE", "CPU_PROCS", "GPUS", "RUN_NAME", "BPE", "VOCAB", "DATA_BIN", "RAW_DIR",
+         "SAVE_DIR", "LOG_DIR", "TENSORBOARD_DIR", "CHECKPOINT", "RESULTS_DIR", "TABLE_DIR", "FORCE", "UPDATE_FREQ",
+         "MAX_UPDATE", "WARMUP_UPDATES", "LR", "LR_PERIOD_UPDATES", "SEED", "TOKENS_PER_SAMPLE", "MAX_TOKENS",
+         "BATCH_TOKENS", "PRECISION", "EVAL_PRECISION", "ATTENTION_IMPL", "RPE_INIT", "EXTRA_ARGS", "WIKITEXT_DIR",
+         "MIRRORS", "EXPECTED_SIZE", "EXPECTED_SHA256", "DOWNLOAD_DIR", "SRCDICT", "DRY_RUN", "NNODES", "NODE_RANK",
+         "MASTER_ADDR", "MASTER_PORT", "GPU_PEAK_TFLOPS", "SPLITS", "CONTEXT_WINDOW", "EXTRAPOLATE", "CPU",
+         "SAVE_INTERVAL_UPDATES", "KEEP_INTERVAL_UPDATES", "LOG_INTERVAL", "NUM_WORKERS", "WORKERS")
 
 
 @dataclass
@@ -52,8 +69,7 @@ class Run:
 def recipe_env(wt103_dir, **knobs) -> Dict[str, str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1",
                URPE_VENV=sys.prefix, WT103_DIR=str(wt103_dir))
-    for name in ("ARCH", "ARCHS", "SMOKE", "CPU_PROCS", "GPUS", "RUN_NAME", "BPE", "VOCAB", "DATA_BIN", "RAW_DIR",
-                 "SAVE_DIR", "FORCE", "UPDATE_FREQ", "MAX_UPDATE", "WIKITEXT_DIR", "URL", "DRY_RUN", "NNODES", "RPE_INIT"):
+    for name in KNOBS:
         env.pop(name, None)  # knobs from the caller's shell must not leak into the tests
     env.update({k: str(v) for k, v in knobs.items()})
     return env
@@ -105,7 +121,6 @@ class RecipeRuns:
         self._submit("distributed", self._distributed)
         self._submit("resume", self._resume)
         self._submit("bpe", self._bpe)
-        self._submit("zero_start", self._zero_start)
 
     def _submit(self, name, fn):
         self._jobs[name] = self._pool.submit(fn)
@@ -126,20 +141,19 @@ class RecipeRuns:
         return self.run("run_baselines.sh", timeout=900, SMOKE=1, ARCHS=" ".join(PIPELINE_ARCHS))
 
     def _distributed(self):
-        self.get("data")["binarize"].check()
-        return self.run("train.sh", SMOKE=1, CPU_PROCS=2, ARCH=PIPELINE_ARCHS[0], RUN_NAME="distributed")
+        self.get("data")["binarize"].check()  # RPE_INIT=zero: the pipeline's URPE run (run_baselines.sh's default)
+        return self.run("train.sh", SMOKE=1, CPU_PROCS=2, ARCH=PIPELINE_ARCHS[0], RUN_NAME="distributed", RPE_INIT="zero")
 
     def _resume(self):
         self.get("data")["binarize"].check()
-        knobs = dict(SMOKE=1, ARCH=PIPELINE_ARCHS[0], RUN_NAME="resume", MAX_UPDATE=RESUME_MAX_UPDATE,
-                     SAVE_INTERVAL_UPDATES=RESUME_SAVE_INTERVAL, LOG_INTERVAL=1)
-        killed = run_killed_after_first_checkpoint("train.sh", self.cwd, self.wt103, self.root / "resume-killed.log", **knobs)
+        killed = run_killed_after_first_checkpoint("train.sh", self.cwd, self.wt103, self.root / "resume-killed.log",
+                                                   **RESUME_KNOBS)
         at_kill = None
         last = self.dir / "checkpoints" / "resume" / "checkpoint_last.pt"
         if last.exists():
             at_kill = self.root / "checkpoint_last_at_kill.pt"
             at_kill.write_bytes(last.read_bytes())
-        rerun = self.run("train.sh", **knobs)
+        rerun = self.run("train.sh", **RESUME_KNOBS)
         return {"killed": killed, "at_kill": at_kill, "rerun": rerun}
 
     def _bpe(self):
@@ -151,12 +165,6 @@ class RecipeRuns:
         train = self.run("train.sh", SMOKE=1, ARCH=PIPELINE_ARCHS[0], RUN_NAME="bpe", MAX_UPDATE=12, WARMUP_UPDATES=2, **knobs)
         evaluate = self.run("eval.sh", RUN_NAME="bpe", SPLITS="test", EXTRAPOLATE="1", **knobs) if train.returncode == 0 else train
         return {"binarize": binarize, "train": train, "eval": evaluate}
-
-    def _zero_start(self):
-        self.get("data")["binarize"].check()
-        return self.run("train.sh", SMOKE=1, ARCH=PIPELINE_ARCHS[0], RUN_NAME="zero-start", RPE_INIT="zero",
-                        MAX_UPDATE=ZERO_START_MAX_UPDATE, WARMUP_UPDATES=1, SAVE_INTERVAL_UPDATES=ZERO_START_MAX_UPDATE,
-                        LOG_INTERVAL=1)
 
     def close(self):
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -178,6 +186,40 @@ def recipe_runs(tmp_path_factory):
     yield runs
     runs.close()
     print(f"\nrecipe runs: {runs.durations()}")
+
+
+@pytest.fixture(scope="session")
+def stand_in_python(tmp_path_factory) -> Path:
+    """An environment whose python records the command a script ends with (dry_run.py)."""
+    from .dry_run import stand_in_environment
+
+    return stand_in_environment(tmp_path_factory.mktemp("stand-in-env"))
+
+
+@pytest.fixture(scope="session")
+def full_size_data(tmp_path_factory) -> Path:
+    """A WT103_DIR whose data-bin folders have the dictionaries of the full-size runs: wikitext-103
+    (WikiText-103's 267,744 symbols; with valid and test splits of three lines, one of 700 tokens, for
+    eval.sh's dry runs) and wikitext-103-spm32000 (a 32,000-piece SentencePiece dictionary)."""
+    import torch
+    from fairseq.data import indexed_dataset
+
+    root = tmp_path_factory.mktemp("full-size")
+    for name, symbols in (("wikitext-103", WIKITEXT103_DICT), ("wikitext-103-spm32000", 32004)):
+        data = root / "data-bin" / name
+        data.mkdir(parents=True)
+        (data / "dict.txt").write_text("".join(f"w{i} 1\n" for i in range(symbols - 4)))
+        (data / ".done").write_text("a stand-in: dictionary only\n")
+    words = {}
+    for split in ("valid", "test"):
+        data = root / "data-bin" / "wikitext-103"
+        builder = indexed_dataset.make_builder(str(data / f"{split}.bin"), impl="mmap", vocab_size=WIKITEXT103_DICT)
+        for length in (10, 700, 30):
+            builder.add_item(torch.arange(4, 4 + length, dtype=torch.int32))
+        builder.finalize(str(data / f"{split}.idx"))
+        words[split] = {"words": 740, "lines": 3}
+    (root / "data-bin" / "wikitext-103" / "words.json").write_text(json.dumps(words))
+    return root
 
 
 @pytest.fixture

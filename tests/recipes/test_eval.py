@@ -1,5 +1,7 @@
 """eval.sh and run_baselines.sh: the perplexity tables of the SMOKE models (standard, sliding window,
-2L and 4L), the results table of the comparison, and a missing checkpoint."""
+fairseq's protocol, 2L and 4L) batched within training's tokens per forward, one retry at half the batch
+after an out-of-memory error, the results table of the comparison, the sweeps and their cost, the
+command line of the check against fairseq's released model, and a missing checkpoint."""
 
 import json
 import math
@@ -9,13 +11,15 @@ import pytest
 
 from fairseq_urpe.fairseq_runs import valid_losses
 
-from .conftest import PIPELINE_ARCHS, SMOKE_MAX_UPDATE, run_recipe, train_inner  # noqa: F401
+from .conftest import PIPELINE_ARCHS, PIPELINE_RUNS, SMOKE_MAX_TOKENS, SMOKE_MAX_UPDATE, run_recipe
+from .dry_run import dry_run, eval_lm_args, eval_lm_commands, python_side, train_args
 
 L = 64  # train.sh's SMOKE block length
+RUNS = dict(zip(PIPELINE_ARCHS, PIPELINE_RUNS))
 
 
 def report(recipe_runs, arch):
-    return json.loads((recipe_runs.dir / "results" / f"{arch}-smoke" / "eval.json").read_text())
+    return json.loads((recipe_runs.dir / "results" / RUNS[arch] / "eval.json").read_text())
 
 
 def rows_by(report_):
@@ -23,7 +27,7 @@ def rows_by(report_):
 
 
 def fairseq_train_last_valid_loss(recipe_runs, arch):
-    log = (recipe_runs.dir / "logs" / f"train-{arch}-smoke.log").read_text()
+    log = (recipe_runs.dir / "logs" / f"train-{RUNS[arch]}.log").read_text()
     return valid_losses(log)[-1]
 
 
@@ -36,11 +40,12 @@ def test_eval_scores_every_token_in_every_setting(recipe_runs, arch):
     assert rep["model"]["num_updates"] == SMOKE_MAX_UPDATE and rep["model"]["train_tokens_per_sample"] == L
     assert rep["unit"] == "words" and rep["model"]["params"] > 100_000
     words = json.loads((recipe_runs.dir / "data-bin" / "wikitext-103" / "words.json").read_text())
-    expected = {("standard", 1): (L, 0), ("sliding", 1): (L, L - L // 6), ("extrapolation", 2): (2 * L, 0),
-                ("extrapolation", 4): (4 * L, 0)}
+    expected = {("standard", 1): (L, 0, "none"), ("sliding", 1): (L, L - L // 6, "none"),
+                ("fairseq", 1): (L, L - L // 6, "complete"), ("extrapolation", 2): (2 * L, 0, "none"),
+                ("extrapolation", 4): (4 * L, 0, "none")}
     assert sorted(rows) == sorted((split, kind, k) for split in ("valid", "test") for kind, k in expected)
     for (split, kind, k), row in rows.items():
-        assert (row["tokens_per_sample"], row["context_window"]) == expected[kind, k]
+        assert (row["tokens_per_sample"], row["context_window"], row["break_mode"]) == expected[kind, k]
         assert row["status"] == "ok", row
         assert row["tokens"] == row["split_tokens"] == row["words"] == words[split]["words"]  # all scored
         assert row["ppl_word"] == pytest.approx(row["ppl_token"]) == pytest.approx(2 ** row["loss_base2"])
@@ -48,45 +53,157 @@ def test_eval_scores_every_token_in_every_setting(recipe_runs, arch):
     # The standard row is fairseq-train's own last validation of the same checkpoint (3 decimals logged).
     assert rows["valid", "standard", 1]["loss_base2"] == pytest.approx(fairseq_train_last_valid_loss(recipe_runs, arch), abs=2e-3)
 
-    table = (recipe_runs.dir / "results" / f"{arch}-smoke" / "eval.md").read_text()
+    table = (recipe_runs.dir / "results" / RUNS[arch] / "eval.md").read_text()
     test_row = rows["test", "standard", 1]
-    assert f"| test | non-overlapping | {L} | 0 | {test_row['tokens']} | {test_row['ppl_word']:.2f} |" in table
+    assert f"| test | non-overlapping | {L} | 0 | {SMOKE_MAX_TOKENS} | {test_row['tokens']} | {test_row['ppl_word']:.2f} |" in table
     sweep = rep["extrapolation"]["ppl_word"]["test"]
     assert f"| test | {sweep['1']:.2f} | {sweep['2']:.2f} | {sweep['4']:.2f} |" in table
 
 
 @pytest.mark.e2e
-def test_run_baselines_ends_in_one_table_of_every_arch(recipe_runs):
+def test_eval_batches_hold_no_more_tokens_per_forward_than_training(recipe_runs):
+    """fairseq-eval-lm's --max-tokens counts scored tokens; a sliding window of L tokens scores L - C of
+    them, so a batch of --max-tokens M runs M / (L - C) windows of L tokens: eval.sh sets M so that this is
+    training's --max-tokens (256 in SMOKE mode: 4 windows of 64), not 4L = 256 scored tokens (25 windows)."""
+    recipe_runs.get("baselines").check()
+    rep = report(recipe_runs, PIPELINE_ARCHS[0])
+    assert rep["model"]["train_max_tokens"] == SMOKE_MAX_TOKENS
+    for row in rep["rows"]:
+        scored_per_item = row["tokens_per_sample"] - row["context_window"]
+        items = row["max_tokens"] // scored_per_item
+        if row["kind"] in ("standard", "sliding"):
+            assert items * row["tokens_per_sample"] == SMOKE_MAX_TOKENS, row
+        elif row["kind"] == "extrapolation":
+            assert max(items, 1) * row["tokens_per_sample"] <= max(SMOKE_MAX_TOKENS, row["tokens_per_sample"]), row
+    assert rows_by(rep)["test", "sliding", 1]["max_tokens"] == 4 * 10  # 4 windows of 64 tokens, 10 of them scored
+
+
+def test_out_of_memory_is_retried_once_at_half_the_batch_in_whole_windows():
+    oom_retry = python_side("oom_retry")
+    calls = []
+
+    def evaluate(max_tokens):
+        calls.append(max_tokens)
+        if max_tokens > 2000:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 9.00 GiB")
+        return "scored"
+
+    assert oom_retry.with_one_retry_at_half(evaluate, 3 * 1024, unit=512, floor=512) == ("scored", 1536)
+    assert calls == [3072, 1536]  # half of 3072, in whole windows of 512
+
+    calls.clear()
+    with pytest.raises(RuntimeError, match="out of memory"):  # once only: a second failure is final
+        oom_retry.with_one_retry_at_half(evaluate, 9000, unit=512, floor=512)
+    assert calls == [9000, 4096]
+
+    calls.clear()
+    with pytest.raises(RuntimeError, match="out of memory"):  # one window cannot be halved
+        oom_retry.with_one_retry_at_half(evaluate, 2560, unit=2560, floor=2560)
+    assert calls == [2560]
+
+    def broken(max_tokens):
+        raise RuntimeError("shape mismatch")
+
+    with pytest.raises(RuntimeError, match="shape mismatch"):  # other errors are not retried
+        oom_retry.with_one_retry_at_half(broken, 3072, unit=512, floor=512)
+
+
+@pytest.mark.e2e
+def test_run_baselines_ends_in_one_table_of_every_run_with_what_defines_it(recipe_runs):
     run = recipe_runs.get("baselines").check()
     table = (recipe_runs.dir / "results" / "baselines-smoke.md").read_text()
     records = json.loads((recipe_runs.dir / "results" / "baselines-smoke.json").read_text())
-    assert [r["arch"] for r in records] == list(PIPELINE_ARCHS)
+    assert [(r["arch"], r["run"]) for r in records] == list(RUNS.items())
     assert table.splitlines()[0] in run.output  # printed at the end
+    assert table.splitlines()[0].startswith("| arch | L | RPE_INIT | seed | data | precision | attention path | parameters "
+                                            "| updates | training time | valid ppl | test ppl | test, sliding window | "
+                                            "test, fairseq protocol |")
     for record in records:
         rep = report(recipe_runs, record["arch"])
         rows = rows_by(rep)
         assert record["test"] == rows["test", "standard", 1]["ppl_word"]
+        assert record["test_fairseq"] == rows["test", "fairseq", 1]["ppl_word"]
         assert record["test_4L"] == rows["test", "extrapolation", 4]["ppl_word"]
-        assert f"| {record['arch']} | {record['params']:,} | {SMOKE_MAX_UPDATE} | {record['valid']:.2f} | {record['test']:.2f} |" in table
+        assert record["train_seconds"] > 0 and (record["L"], record["seed"], record["precision"]) == (L, 1, "fp32")
+        assert f"| {record['arch']} | {L} | {record['rpe_init'] or '-'} | 1 | wikitext-103 | fp32 | {record['attention_path']} | " \
+               f"{record['params']:,} | {SMOKE_MAX_UPDATE} |" in table
+    urpe, stock = records
+    assert urpe["rpe_init"] == "zero" and stock["rpe_init"] is None
+    assert urpe["attention_path"].startswith("dense (") and stock["attention_path"] == "fairseq's own attention"
     # The plugin adds its relative-position parameters on top of the same stock layout.
-    params = {r["arch"]: r["params"] for r in records}
-    assert 0 < params["transformer_lm_urpe_wiki103"] - params["transformer_lm_wiki103"] < 1000
+    assert 0 < urpe["params"] - stock["params"] < 1000
 
 
-def test_run_baselines_default_archs_are_stock_then_every_kinds_rpe_and_urpe_pair(outside):
-    """The default ARCHS (no ARCHS given) come from the plugin's registry; each is a registered arch."""
+def test_default_sweep_is_the_core_four_and_its_cost_is_printed_before_anything_starts(outside, full_size_data,
+                                                                                       stand_in_python):
+    run = dry_run("run_baselines.sh", outside, full_size_data, stand_in_python, GPUS=8).check()
+    runs = re.findall(r"^  (transformer_lm\w*)((?: \w+=\w+)*): ([\d.,-]+) GPU-hours$", run.output, re.M)
+    assert [(arch, knobs.strip()) for arch, knobs, _ in runs] == [
+        ("transformer_lm_wiki103", ""), ("transformer_lm_alibi_wiki103", "TOKENS_PER_SAMPLE=512 MAX_TOKENS=9216"),
+        ("transformer_lm_rpe_wiki103", ""), ("transformer_lm_urpe_wiki103", "")]
+    assert "  RPE_INIT=zero" in run.output  # the URPE paper's flat start for the rpe/urpe pair
+    # The README's throughput model: stock at L = 3072, 286,000 x 73,728 tokens x 1.93 GFLOP at 30% of 312 TFLOP/s.
+    assert runs[0][2] == "121.1"
+    assert re.search(r"^== cost \(estimate, not measured\): 519\.2-950\.4 GPU-hours in all, 2\.7-5\.0 days on these 8 GPUs",
+                     run.output, re.M)
+    assert not (outside / "checkpoints").exists()
+
+
+def test_full_sweep_is_stock_then_every_kinds_rpe_and_urpe_pair_from_the_registry(outside, full_size_data,
+                                                                                 stand_in_python):
+    """Read from the plugin's registry when the script runs: a kind registered there joins the list."""
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    import fairseq_urpe  # noqa: F401
+    from fairseq_urpe.models.architectures import baseline_variants
 
-    run = run_recipe("run_baselines.sh", outside, "wt103", timeout=120, DRY_RUN=1)
-    assert run.returncode == 0, run.output
-    archs = re.findall(r"^would run: (\S+)$", run.output, flags=re.M)
-    pairs = ["rpe", "urpe", "alibi", "urpe_alibi", "log", "urpe_log", "learned", "urpe_learned",
-             "rope", "urpe_rope", "nope", "urpe_nope"]
-    assert archs == ["transformer_lm_wiki103"] + [f"transformer_lm_{v}_wiki103" for v in pairs]
-    assert all(arch in ARCH_MODEL_REGISTRY for arch in archs)
-    assert not (outside / "wt103").exists()  # nothing trained, nothing written
+    run = dry_run("run_baselines.sh", outside, full_size_data, stand_in_python, SWEEP="full").check()
+    archs = re.findall(r"^  (transformer_lm\S*?):? ", run.output, re.M)
+    assert archs == ["transformer_lm_wiki103"] + [f"transformer_lm_{v}_wiki103" for v in baseline_variants()]
+    assert len(archs) >= 13 and all(arch in ARCH_MODEL_REGISTRY for arch in archs)
+    assert "== cost (estimate, not measured):" in run.output
+
+
+def test_released_model_check_builds_fairseqs_own_evaluation_command(outside, full_size_data, stand_in_python):
+    """The README's command for fairseq's adaptive_lm_wiki103.v2 (not downloaded here): its fairseq-protocol
+    rows are fairseq's evaluation (--sample-break-mode complete, context 2560 of L = 3072, softmax batch
+    1024) as fairseq-eval-lm parses them, batched within 3,072 tokens per forward."""
+    data = full_size_data / "data-bin" / "wikitext-103"
+    run = dry_run("eval.sh", outside, full_size_data, stand_in_python, CHECKPOINT="adaptive_lm_wiki103.v2/model.pt",
+                  DATA_BIN=data, RUN_NAME="adaptive_lm_wiki103.v2", MAX_TOKENS=3072).check()
+    commands = eval_lm_commands(run.output)
+    for split in ("valid", "test"):
+        args = eval_lm_args(commands[split, "fairseq protocol: sliding window, --sample-break-mode complete"])
+        assert (args.sample_break_mode, args.context_window, args.tokens_per_sample) == ("complete", 2560, 3072)
+        assert args.softmax_batch == 1024 and args.gen_subset == split
+        assert args.path == str(outside / "adaptive_lm_wiki103.v2" / "model.pt") and args.data == str(data)
+        assert args.max_tokens == 700  # one window of 512 scored tokens, or the longest line (700) alone
+        sliding = eval_lm_args(commands[split, "sliding window"])
+        assert (sliding.sample_break_mode, sliding.max_tokens) == ("none", 512)  # one window of 3072 per forward
+    assert "== DRY_RUN=1: not evaluating" in run.output and not (outside / "results").exists()
+
+
+def test_checkpoint_of_an_older_fairseq_with_its_arguments_as_a_namespace_is_read(tmp_path, monkeypatch,
+                                                                                 full_size_data, outside,
+                                                                                 stand_in_python):
+    """fairseq's released models predate its config objects: their ``args`` is an argparse.Namespace, which
+    torch >= 2.6 refuses to load with its default weights_only=True (fairseq's loader too). eval.sh reads
+    such a checkpoint (weights_only=False, saying so) through fairseq's own upgrade to a ``cfg``."""
+    import argparse
+
+    import torch
+
+    args = dry_run("train.sh", outside, full_size_data, stand_in_python, GPUS=1, ARCH="transformer_lm_wiki103")
+    namespace = train_args(args.check().output)
+    old = tmp_path / "model.pt"
+    torch.save({"args": namespace, "model": {}, "extra_state": {"previous_training_time": 12.5},
+                "optimizer_history": [{"criterion_name": "AdaptiveLoss", "optimizer_name": "NAG",
+                                       "lr_scheduler_state": {"best": None}, "num_updates": 7}]}, old)
+    assert isinstance(namespace, argparse.Namespace)
+    with pytest.raises(Exception, match="Weights only load failed"):
+        torch.load(old, map_location="cpu")
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "0")  # restored after the test
+    cfg, updates, seconds = python_side("eval_lm_table").read_checkpoint(str(old))
+    assert (cfg["model"]["_name"], cfg["task"]["tokens_per_sample"], updates, seconds) == ("transformer_lm_wiki103", 3072, 7, 12.5)
 
 
 def test_missing_checkpoint_fails_naming_it(outside):

@@ -1,8 +1,11 @@
 """prepare.sh: the offline path (WIKITEXT_DIR), a verified download (a local zip through a file:// URL),
-and bad input: a missing or truncated download, a folder without the three splits."""
+mirrors tried in order on a loopback HTTP server (a 403, a User-Agent, a wrong checksum), and bad input:
+a missing or truncated download, a folder without the three splits."""
 
 import hashlib
+import http.server
 import subprocess
+import threading
 import zipfile
 
 import pytest
@@ -49,7 +52,7 @@ def test_offline_copy_is_linked_and_marked_done(outside):
 
 def test_download_is_verified_then_unzipped(tmp_path, outside):
     path, size, sha = fake_zip(tmp_path)
-    run = run_recipe("prepare.sh", outside, "wt103", URL=path.as_uri(), EXPECTED_SIZE=size, EXPECTED_SHA256=sha).check()
+    run = run_recipe("prepare.sh", outside, "wt103", MIRRORS=path.as_uri(), EXPECTED_SIZE=size, EXPECTED_SHA256=sha).check()
     raw = outside / "wt103" / "raw" / "wikitext-103"
     for split in SPLITS:
         assert (raw / f"wiki.{split}.tokens").read_bytes() == (FIXTURE / f"wiki.{split}.tokens").read_bytes()
@@ -57,7 +60,7 @@ def test_download_is_verified_then_unzipped(tmp_path, outside):
     assert "using the verified" not in run.output
     # A rerun after removing the marker reuses the verified zip instead of downloading again.
     (raw / ".done").unlink()
-    again = run_recipe("prepare.sh", outside, "wt103", URL="file:///nonexistent.zip", EXPECTED_SIZE=size,
+    again = run_recipe("prepare.sh", outside, "wt103", MIRRORS="file:///nonexistent.zip", EXPECTED_SIZE=size,
                        EXPECTED_SHA256=sha).check()
     assert "using the verified" in again.output
 
@@ -74,10 +77,9 @@ def test_truncated_download_fails_naming_the_size_and_leaves_nothing(tmp_path, o
     path, size, sha = fake_zip(tmp_path)
     truncated = tmp_path / "truncated.zip"
     truncated.write_bytes(path.read_bytes()[: size // 2])
-    run = run_recipe("prepare.sh", outside, "wt103", URL=truncated.as_uri(), EXPECTED_SIZE=size, EXPECTED_SHA256=sha)
+    run = run_recipe("prepare.sh", outside, "wt103", MIRRORS=truncated.as_uri(), EXPECTED_SIZE=size, EXPECTED_SHA256=sha)
     assert run.returncode != 0
-    assert f"has {size // 2} bytes, expected EXPECTED_SIZE={size} (truncated download?)" in run.output
-    assert "does not verify" in run.output
+    assert f"does not verify: {size // 2} bytes, expected EXPECTED_SIZE={size} (truncated download?)" in run.output
     assert_nothing_trusted(outside / "wt103")
 
 
@@ -87,7 +89,7 @@ def test_corrupted_download_fails_on_the_checksum(tmp_path, outside):
     data = bytearray(path.read_bytes())
     data[size // 2] ^= 0xFF
     corrupted.write_bytes(bytes(data))
-    run = run_recipe("prepare.sh", outside, "wt103", URL=corrupted.as_uri(), EXPECTED_SIZE=size, EXPECTED_SHA256=sha)
+    run = run_recipe("prepare.sh", outside, "wt103", MIRRORS=corrupted.as_uri(), EXPECTED_SIZE=size, EXPECTED_SHA256=sha)
     assert run.returncode != 0
     assert f"expected EXPECTED_SHA256={sha}" in run.output
     assert_nothing_trusted(outside / "wt103")
@@ -95,15 +97,15 @@ def test_corrupted_download_fails_on_the_checksum(tmp_path, outside):
 
 def test_missing_download_fails_naming_the_url(tmp_path, outside):
     url = (tmp_path / "nowhere" / "wikitext-103-v1.zip").as_uri()
-    run = run_recipe("prepare.sh", outside, "wt103", URL=url)
+    run = run_recipe("prepare.sh", outside, "wt103", MIRRORS=url)
     assert run.returncode != 0
-    assert f"prepare.sh: error: download failed: {url}" in run.output
+    assert f"prepare.sh: error: no mirror gave a verified wikitext-103-v1.zip. Tried, in order: {url}: download failed:" in run.output
     assert_nothing_trusted(outside / "wt103")
 
 
 def test_zip_without_a_split_fails_naming_it(tmp_path, outside):
     path, size, sha = fake_zip(tmp_path, splits=("train", "valid"))
-    run = run_recipe("prepare.sh", outside, "wt103", URL=path.as_uri(), EXPECTED_SIZE=size, EXPECTED_SHA256=sha)
+    run = run_recipe("prepare.sh", outside, "wt103", MIRRORS=path.as_uri(), EXPECTED_SIZE=size, EXPECTED_SHA256=sha)
     assert run.returncode != 0
     assert "missing " in run.output and "wikitext-103/wiki.test.tokens" in run.output
     assert not (outside / "wt103" / "raw" / "wikitext-103").exists()
@@ -131,3 +133,88 @@ def test_empty_split_fails_naming_the_file(tmp_path, outside):
     assert run.returncode != 0
     assert f"prepare.sh: error: empty file: {folder}/wiki.valid.tokens" in run.output
     assert not (outside / "wt103" / "raw").exists()
+
+
+BROWSER = "Mozilla/5.0 (X11; Linux x86_64) test"
+
+
+class Mirrors(http.server.BaseHTTPRequestHandler):
+    """/forbidden/: 403, as the dead S3 bucket; /agent/: the zip only to BROWSER's User-Agent, 403 to any other
+    (as wikitext.smerity.com to Python's); /corrupt/: a zip with one byte changed. ``requests`` logs each."""
+
+    zip_bytes = b""
+    requests = []
+
+    def do_GET(self):
+        agent = self.headers.get("User-Agent", "")
+        Mirrors.requests.append((self.path, agent))
+        if self.path.startswith("/agent/") and agent == BROWSER:
+            body = self.zip_bytes
+        elif self.path.startswith("/corrupt/"):
+            body = bytearray(self.zip_bytes)
+            body[len(body) // 2] ^= 0xFF
+            body = bytes(body)
+        else:
+            self.send_error(403, "Forbidden")
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/zip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def mirror_server(tmp_path):
+    path, size, sha = fake_zip(tmp_path)
+    Mirrors.zip_bytes, Mirrors.requests = path.read_bytes(), []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Mirrors)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", size, sha
+    server.shutdown()
+    server.server_close()
+
+
+def test_mirrors_are_tried_in_order_each_with_its_user_agent_until_one_verifies(outside, mirror_server):
+    base, size, sha = mirror_server
+    mirrors = (f"{base}/forbidden/wikitext-103-v1.zip\n"
+               f"{base}/agent/wikitext-103-v1.zip {BROWSER}\n"
+               f"{base}/never-asked/wikitext-103-v1.zip")
+    run = run_recipe("prepare.sh", outside, "wt103", MIRRORS=mirrors, EXPECTED_SIZE=size, EXPECTED_SHA256=sha).check()
+    assert [path for path, _ in Mirrors.requests] == ["/forbidden/wikitext-103-v1.zip", "/agent/wikitext-103-v1.zip"]
+    assert Mirrors.requests[1][1] == BROWSER and Mirrors.requests[0][1].startswith("Python-urllib")
+    assert f"prepare.sh: {base}/forbidden/wikitext-103-v1.zip: download failed: HTTP Error 403: Forbidden" in run.output
+    assert f"== verified {outside}/wt103/downloads/wikitext-103-v1.zip from {base}/agent/wikitext-103-v1.zip" in run.output
+    raw = outside / "wt103" / "raw" / "wikitext-103"
+    for split in SPLITS:
+        assert (raw / f"wiki.{split}.tokens").read_bytes() == (FIXTURE / f"wiki.{split}.tokens").read_bytes()
+
+
+def test_no_verified_mirror_fails_naming_every_mirror_and_the_way_by_hand(outside, mirror_server):
+    base, size, sha = mirror_server
+    mirrors = f"{base}/corrupt/wikitext-103-v1.zip\n{base}/agent/wikitext-103-v1.zip"  # no User-Agent given: 403
+    run = run_recipe("prepare.sh", outside, "wt103", MIRRORS=mirrors, EXPECTED_SIZE=size, EXPECTED_SHA256=sha)
+    assert run.returncode != 0
+    error = run.output.split("prepare.sh: error: ")[1]
+    assert error.startswith("no mirror gave a verified wikitext-103-v1.zip. Tried, in order: "
+                            f"{base}/corrupt/wikitext-103-v1.zip: does not verify: SHA-256 ")
+    assert f"expected EXPECTED_SHA256={sha}; {base}/agent/wikitext-103-v1.zip: download failed: HTTP Error 403" in error
+    assert f"put it at {outside}/wt103/downloads/wikitext-103-v1.zip and rerun" in error and "WIKITEXT_DIR=" in error
+    assert_nothing_trusted(outside / "wt103")
+
+
+def test_default_mirrors_start_with_the_datasets_own_host_and_its_user_agent_not_the_dead_s3_bucket(tmp_path, outside):
+    raw = tmp_path / "prepared"
+    raw.mkdir()
+    for split in SPLITS:
+        (raw / f"wiki.{split}.tokens").write_text(" = A = \n")
+    (raw / ".done").write_text("earlier\n")
+    run = run_recipe("prepare.sh", outside, "wt103", RAW_DIR=raw, timeout=30).check()  # prepared: prints its knobs, stops
+    assert "already prepared" in run.output
+    mirrors = run.output.split("  MIRRORS=", 1)[1].split("\n  EXPECTED_SIZE=")[0].splitlines()
+    assert mirrors[0].startswith("https://wikitext.smerity.com/wikitext-103-v1.zip Mozilla/5.0 ")
+    assert mirrors[-1] == "https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-103-v1.zip"

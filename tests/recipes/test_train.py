@@ -1,6 +1,7 @@
-"""train.sh: the SMOKE model on CPU, two CPU processes training as one (gloo), resuming after a kill,
-the --update-freq derived from the device count, a truncated checkpoint_last.pt, an unknown arch, the start
-of the learned bias (RPE_INIT)."""
+"""train.sh: the SMOKE model on CPU, two CPU processes training as one (gloo), resuming after a kill, a
+finished run left alone, a saved run with other settings refused, the run's folder named by its settings,
+precision, multi-node rendezvous and SLURM, SentencePiece cutoffs, the attention path option, a truncated
+checkpoint_last.pt, an unknown arch, the start of the learned bias (RPE_INIT)."""
 
 import re
 import shutil
@@ -10,23 +11,31 @@ import sys
 import pytest
 import torch
 
-from .conftest import (PIPELINE_ARCHS, RECIPES, RESUME_MAX_UPDATE, RESUME_SAVE_INTERVAL, SMOKE_BATCH_TOKENS,
-                       SMOKE_MAX_TOKENS, SMOKE_MAX_UPDATE, ZERO_START_MAX_UPDATE, load_checkpoint, num_updates,
-                       run_recipe, train_inner, weights)
+from .conftest import (PIPELINE_ARCHS, PIPELINE_RUNS, RECIPES, REPO, RESUME_KNOBS, RESUME_MAX_UPDATE, RESUME_SAVE_INTERVAL,
+                       SMOKE_BATCH_TOKENS, SMOKE_MAX_TOKENS, SMOKE_MAX_UPDATE, WIKITEXT103_DICT, load_checkpoint,
+                       num_updates, recipe_env, run_recipe, train_inner, weights)
+from .dry_run import dry_run, printed_command, python_here, run_recorded, train_args
 
 URPE = PIPELINE_ARCHS[0]
+URPE_RUN, STOCK_RUN = PIPELINE_RUNS
 
 
 def smoke_dir(recipe_runs, run_name):
     return recipe_runs.dir / "checkpoints" / run_name
 
 
+@pytest.fixture
+def full_dry_run(outside, full_size_data, stand_in_python):
+    """train.sh's DRY_RUN on the full-size data folders, its Python side in this process."""
+    return lambda script="train.sh", **knobs: dry_run(script, outside, full_size_data, stand_in_python, **knobs)
+
+
 @pytest.mark.e2e
 def test_smoke_training_on_cpu_derives_update_freq_2(recipe_runs):
     baselines = recipe_runs.get("baselines").check()
     assert "CPU, 1 process(es), --max-tokens 256 --update-freq 2: 512 tokens per update" in baselines.output
-    log = (recipe_runs.dir / "logs" / f"train-{URPE}-smoke.log").read_text()
-    checkpoint = load_checkpoint(smoke_dir(recipe_runs, f"{URPE}-smoke") / "checkpoint_last.pt")
+    log = (recipe_runs.dir / "logs" / f"train-{URPE_RUN}.log").read_text()
+    checkpoint = load_checkpoint(smoke_dir(recipe_runs, URPE_RUN) / "checkpoint_last.pt")
     assert num_updates(checkpoint) == SMOKE_MAX_UPDATE
     cfg = checkpoint["cfg"]
     assert cfg["model"]["_name"] == URPE
@@ -34,8 +43,8 @@ def test_smoke_training_on_cpu_derives_update_freq_2(recipe_runs):
     assert cfg["model"]["adaptive_input"] and cfg["criterion"]["_name"] == "adaptive_loss"
     assert cfg["optimization"]["update_freq"] == [2] and cfg["dataset"]["max_tokens"] == SMOKE_MAX_TOKENS
     assert cfg["distributed_training"]["distributed_world_size"] == 1
-    assert cfg["common"]["tensorboard_logdir"] == str(recipe_runs.dir / "tensorboard" / f"{URPE}-smoke")
-    assert list((recipe_runs.dir / "tensorboard" / f"{URPE}-smoke").rglob("events.out.tfevents.*"))
+    assert cfg["common"]["tensorboard_logdir"] == str(recipe_runs.dir / "tensorboard" / URPE_RUN)
+    assert list((recipe_runs.dir / "tensorboard" / URPE_RUN).rglob("events.out.tfevents.*"))
     updates = train_inner(log)
     assert max(updates) == SMOKE_MAX_UPDATE
     assert float(updates[SMOKE_MAX_UPDATE]["loss"]) < float(updates[5]["loss"]) - 1
@@ -62,7 +71,7 @@ def test_two_cpu_processes_train_as_one_model_with_twice_the_tokens_per_step(rec
     assert re.search(r"distributed init \(rank 1\): tcp://127\.0\.0\.1:\d+", rank1)
 
     two = load_checkpoint(smoke_dir(recipe_runs, "distributed") / "checkpoint_last.pt")
-    one = load_checkpoint(smoke_dir(recipe_runs, f"{URPE}-smoke") / "checkpoint_last.pt")
+    one = load_checkpoint(smoke_dir(recipe_runs, URPE_RUN) / "checkpoint_last.pt")
     assert two["cfg"]["distributed_training"]["distributed_world_size"] == 2
     assert two["cfg"]["distributed_training"]["distributed_backend"] == "gloo"
     assert two["cfg"]["optimization"]["update_freq"] == [1]
@@ -72,13 +81,13 @@ def test_two_cpu_processes_train_as_one_model_with_twice_the_tokens_per_step(rec
     rank0_updates = train_inner(distributed.output)
     assert sorted(rank0_updates) == list(range(5, SMOKE_MAX_UPDATE + 1, 5))
     assert rank0_updates[SMOKE_MAX_UPDATE]["wpb"] == 2 * SMOKE_MAX_TOKENS == SMOKE_BATCH_TOKENS
-    one_log = (recipe_runs.dir / "logs" / f"train-{URPE}-smoke.log").read_text()
+    one_log = (recipe_runs.dir / "logs" / f"train-{URPE_RUN}.log").read_text()
     assert {n: u["loss"] for n, u in train_inner(one_log).items()} == {n: u["loss"] for n, u in rank0_updates.items()}
 
     w_two, w_one = weights(two), weights(one)
     assert w_two.keys() == w_one.keys() and len(w_one) > 10
     max_diff = max((w_two[k] - w_one[k]).abs().max().item() for k in w_one)
-    moved = max((w_one[k] - weights(load_checkpoint(smoke_dir(recipe_runs, f"{URPE}-smoke") / "checkpoint_1_20.pt"))[k])
+    moved = max((w_one[k] - weights(load_checkpoint(smoke_dir(recipe_runs, URPE_RUN) / "checkpoint_1_20.pt"))[k])
                 .abs().max().item() for k in w_one)
     print(f"max |two processes - one process, update-freq 2| = {max_diff:.3g} (last 20 updates moved weights by {moved:.3g})")
     assert max_diff <= 1e-6, max_diff
@@ -111,40 +120,174 @@ def test_killed_training_resumes_from_checkpoint_last_to_the_same_final_update(r
     assert log.count("== train.sh ") == 2
 
 
-def fake_data_bin(tmp_path):
-    data = tmp_path / "data-bin"
-    data.mkdir()
-    (data / ".done").write_text("fake\n")
-    (data / "dict.txt").write_text("the 10\n")
-    return data
+def saved_files(save_dir):
+    return {path.name: (path.stat().st_mtime_ns, path.read_bytes()) for path in save_dir.iterdir()}
 
 
-@pytest.mark.parametrize("gpus, nnodes, update_freq", [(1, 1, 24), (8, 1, 3), (4, 2, 3), (24, 1, 1)])
-def test_update_freq_keeps_73728_tokens_per_update_for_any_gpu_count(tmp_path, outside, gpus, nnodes, update_freq):
-    run = run_recipe("train.sh", outside, "wt103", timeout=60, DRY_RUN=1, GPUS=gpus, NNODES=nnodes,
-                     DATA_BIN=fake_data_bin(tmp_path)).check()
-    assert f"--max-tokens 3072 --update-freq {update_freq}: 73728 tokens per update" in run.output
-    assert "--update-freq " + str(update_freq) in run.output and "warning" not in run.output
-    command = run.output.split("== command:")[1]
-    if gpus * nnodes == 1:
-        assert "fairseq-train" in command and "--distributed-world-size 1" in command and "torchrun" not in command
-    else:
-        assert f"torchrun --nnodes {nnodes} --node_rank 0 --nproc_per_node {gpus}" in command
-        assert f"--distributed-world-size {gpus * nnodes}" in command
-    assert "--fp16" in command and "--tokens-per-sample 3072" in command and "--lr-period-updates 270000" in command
-    assert not (outside / "wt103" / "checkpoints").exists()
+@pytest.mark.e2e
+def test_rerun_of_a_finished_run_exits_0_in_one_line_and_leaves_checkpoint_last_bit_identical(recipe_runs,
+                                                                                              stand_in_python):
+    """fairseq itself would take one more update past --max-update (and the cosine schedule restarts
+    there): train.sh reads the checkpoint's num_updates and starts no training. The rerun is train.sh's
+    shell part for real and its Python part in this process (dry_run.py), without DRY_RUN."""
+    recipe_runs.get("resume")["rerun"].check()
+    save = recipe_runs.dir / "checkpoints" / "resume"
+    before = saved_files(save)
+    finished = python_here("train.sh", recipe_runs.cwd, recipe_runs.wt103, stand_in_python, **RESUME_KNOBS)
+    assert finished.returncode == 0, finished.output[-3000:]
+    assert saved_files(save) == before  # checkpoint_last.pt and the others: the same bytes, not even rewritten
+    lines = [line for line in finished.output.splitlines() if line.startswith("== finished:")]
+    assert len(lines) == 1 and lines[0].startswith(
+        f"== finished: {save}/checkpoint_last.pt is at update {RESUME_MAX_UPDATE} of MAX_UPDATE={RESUME_MAX_UPDATE}")
+    assert lines[0].endswith("; nothing to do") and "Loaded checkpoint" not in finished.output
+    log = (recipe_runs.dir / "logs" / "train-resume.log").read_text()
+    assert log.count("== train.sh ") == 2  # the killed run and its resumption; the finished rerun logged nothing
 
 
-def test_gpu_count_that_cannot_keep_the_batch_is_refused_unless_update_freq_is_given(tmp_path, outside):
-    data = fake_data_bin(tmp_path)
-    refused = run_recipe("train.sh", outside, "wt103", timeout=60, DRY_RUN=1, GPUS=8, NNODES=2, DATA_BIN=data)
+@pytest.mark.e2e
+def test_rerun_with_other_settings_is_refused_naming_each_setting_and_both_values(recipe_runs, stand_in_python):
+    recipe_runs.get("resume")["rerun"].check()
+    save = recipe_runs.dir / "checkpoints" / "resume"
+    before = saved_files(save)
+    refused = python_here("train.sh", recipe_runs.cwd, recipe_runs.wt103, stand_in_python,
+                          **dict(RESUME_KNOBS, LR="0.5", SEED=2))
+    assert refused.returncode == 1
+    assert (f"train.sh: error: {save}/checkpoint_last.pt holds a run with other settings; refusing to resume it with "
+            "these: ") in refused.output
+    assert "SEED (--seed): saved 1, now 2" in refused.output
+    assert "LR (--lr): saved [1.0], now [0.5]" in refused.output
+    assert saved_files(save) == before
+
+
+@pytest.mark.e2e
+def test_run_folders_are_named_by_arch_length_bias_start_seed_data_and_precision(recipe_runs):
+    recipe_runs.get("baselines").check()
+    checkpoints = {p.name for p in (recipe_runs.dir / "checkpoints").iterdir()}
+    assert set(PIPELINE_RUNS) <= checkpoints
+    for run in PIPELINE_RUNS:
+        cfg = load_checkpoint(smoke_dir(recipe_runs, run) / "checkpoint_last.pt")["cfg"]
+        arch, length, *rest = run.split("-")
+        assert arch == cfg["model"]["_name"] and length == f"L{cfg['task']['tokens_per_sample']}"
+        assert f"seed{cfg['common']['seed']}" in rest and "words" in rest and "fp32" in rest and rest[-1] == "smoke"
+    assert "init_zero" in URPE_RUN.split("-")  # the learned T5 bias starts flat (run_baselines.sh's RPE_INIT)
+    assert not any(part.startswith("init_") for part in STOCK_RUN.split("-"))  # RPE_INIT changes nothing there
+
+
+def test_run_name_changes_with_each_setting_that_defines_a_run(full_dry_run):
+    """Another RPE_INIT, seed, L, data or precision is another folder, so a sweep never resumes the wrong run."""
+    def run_name(**knobs):
+        output = full_dry_run(GPUS=8, ARCH="transformer_lm_rpe_wiki103", **knobs).check().output
+        return re.search(r"^== run: (\S+) ", output, re.M).group(1)
+
+    assert run_name() == "transformer_lm_rpe_wiki103-L3072-init_alibi-seed1-words-fp16"
+    assert run_name(RPE_INIT="zero", SEED=2, TOKENS_PER_SAMPLE=512, MAX_TOKENS=9216, PRECISION="fp32", BPE="sentencepiece",
+                    VOCAB=32000) == "transformer_lm_rpe_wiki103-L512-init_zero-seed2-spm32000-fp32"
+
+
+def test_bf16_is_refused_before_anything_starts_saying_why(outside, full_size_data):
+    run = run_recipe("train.sh", outside, full_size_data, timeout=60, DRY_RUN=1, GPUS=8, PRECISION="bf16")
+    assert run.returncode != 0
+    assert ("train.sh: error: PRECISION=bf16 has no GPU route in fairseq 0.12.3.1: its options.py turns --bf16 into "
+            "--tpu") in run.output
+    assert "--amp autocasts to float16 only" in run.output and "== command" not in run.output
+
+
+def test_each_precision_reaches_fairseq_as_a_gpu_node_runs_it_and_a_tpu_flag_is_refused(full_dry_run):
+    """fairseq's own parse of the command train.sh builds: --fp16 or full precision, never --tpu (which
+    fairseq sets for --bf16, and which fails on a GPU node when the trainer asks torch_xla for a device)."""
+    fp16 = train_args(full_dry_run(GPUS=8).check().output)
+    assert fp16.fp16 and not fp16.bf16 and not fp16.tpu and not fp16.amp and not fp16.cpu
+    fp32 = train_args(full_dry_run(GPUS=8, PRECISION="fp32").check().output)
+    assert not fp32.fp16 and not fp32.bf16 and not fp32.tpu and not fp32.cpu
+    sneaked = full_dry_run(GPUS=8, PRECISION="fp32", EXTRA_ARGS="--bf16")
+    assert sneaked.returncode == 1
+    assert "train.sh: error: the command turns on --tpu (fairseq's options.py sets it for --bf16" in sneaked.output
+
+
+def test_several_nodes_need_a_master_addr_that_is_not_loopback(outside, full_size_data):
+    for addr in ("127.0.0.1", "localhost"):
+        run = run_recipe("train.sh", outside, full_size_data, timeout=60, DRY_RUN=1, GPUS=8, NNODES=3, MASTER_ADDR=addr)
+        assert run.returncode != 0
+        assert f"train.sh: error: MASTER_ADDR={addr} is a loopback address: with NNODES=3 every node would wait" in run.output
+    unset = run_recipe("train.sh", outside, full_size_data, timeout=60, DRY_RUN=1, GPUS=8, NNODES=3)
+    assert unset.returncode != 0
+    assert "train.sh: error: NNODES=3 needs MASTER_ADDR, the address of node 0" in unset.output
+
+
+def test_slurm_example_starts_one_train_sh_per_node_with_its_rank_and_node_0_as_master(tmp_path, full_size_data,
+                                                                                      stand_in_python):
+    """slurm_train.sbatch under a stand-in srun (its command once per node, SLURM_NODEID set as srun sets it)
+    and scontrol (the allocation's host names): each node's train.sh dry run goes through fairseq's parser."""
+    bin_dir = tmp_path / "slurm-bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text('#!/usr/bin/env bash\n[ "$1 $2" = "show hostnames" ] && printf "gpu17\\ngpu18\\n"\n')
+    (bin_dir / "srun").write_text(
+        "#!/usr/bin/env bash\nwhile [[ $1 == --* ]]; do shift; done\n"
+        'for ((node = 0; node < SLURM_NNODES; node++)); do\n'
+        '  SLURM_NODEID=$node RECORDED_COMMAND=$PWD/node$node.command "$@" > "node$node.out" 2>&1 || exit 1\ndone\n')
+    for path in bin_dir.iterdir():
+        path.chmod(0o755)
+    env = recipe_env(full_size_data, DRY_RUN=1, UPDATE_FREQ=2, URPE_VENV=stand_in_python, SLURM_NNODES=2,
+                     SLURM_JOB_NODELIST="gpu[17-18]", SLURM_GPUS_PER_NODE="h100:8", SLURM_SUBMIT_DIR=REPO)
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    sbatch = subprocess.run(["bash", str(RECIPES / "slurm_train.sbatch")], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert sbatch.returncode == 0, sbatch.stderr + "".join(p.read_text() for p in tmp_path.glob("node*.out"))
+    for node in (0, 1):
+        shell = (tmp_path / f"node{node}.out").read_text()
+        for knob in ("NNODES=2", f"NODE_RANK={node}", "MASTER_ADDR=gpu17", "GPUS=8"):
+            assert f"  {knob}\n" in shell, shell
+        code, output = run_recorded(tmp_path / f"node{node}.command", tmp_path)
+        assert code == 0, output
+        command = printed_command(output)
+        assert command[1:13] == ["--nnodes", "2", "--node_rank", str(node), "--nproc_per_node", "8", "--master_addr",
+                                 "gpu17", "--master_port", "29500", "-m", "fairseq_cli.train"]
+        args = train_args(output)
+        assert args.distributed_world_size == 16 and args.update_freq == [2] and not args.tpu
+
+
+def test_sentencepiece_full_run_cuts_adaptive_input_and_softmax_inside_its_dictionary(full_dry_run):
+    run = full_dry_run(GPUS=8, BPE="sentencepiece", VOCAB=32000).check()
+    args = train_args(run.output)
+    vocab = 32004  # the stand-in spm32000 dictionary: 32,000 entries and fairseq's 4 special symbols
+    assert args.adaptive_input_cutoff == args.adaptive_softmax_cutoff == f"{vocab // 4},{vocab // 2}"
+    assert args.data.endswith("wikitext-103-spm32000")
+    words = train_args(full_dry_run(GPUS=8).check().output)  # word level: the _wiki103 archs' own cutoffs
+    assert words.adaptive_softmax_cutoff == "20000,60000" and 60000 < WIKITEXT103_DICT
+
+
+def test_cutoffs_beyond_the_dictionary_are_refused_before_launch_naming_the_option(full_dry_run):
+    run = full_dry_run(GPUS=8, BPE="sentencepiece", VOCAB=32000, EXTRA_ARGS="--adaptive-softmax-cutoff 20000,60000")
+    assert run.returncode == 1
+    assert "train.sh: error: --adaptive-softmax-cutoff 20000,60000 does not fit the dictionary of" in run.output
+    assert "(32004 symbols)" in run.output and "== command" not in run.output
+
+
+def test_fused_attention_reaches_the_plugins_archs_only_and_is_refused_on_cpu(full_dry_run, outside, full_size_data):
+    fused = train_args(full_dry_run(GPUS=8, ATTENTION_IMPL="fused").check().output)
+    assert fused.urpe_attention_impl == "fused"
+    stock = full_dry_run(GPUS=8, ATTENTION_IMPL="fused", ARCH="transformer_lm_wiki103").check()
+    assert not hasattr(train_args(stock.output), "urpe_attention_impl")
+    assert "ATTENTION_IMPL=fused applies to the plugin's archs; transformer_lm_wiki103 runs fairseq's own attention" in stock.output
+    cpu = run_recipe("train.sh", outside, full_size_data, timeout=60, DRY_RUN=1, SMOKE=1, ATTENTION_IMPL="fused")
+    assert cpu.returncode != 0
+    assert "train.sh: error: ATTENTION_IMPL=fused needs GPUs (the fused kernel runs on CUDA)" in cpu.output
+
+
+@pytest.mark.e2e
+def test_training_log_names_the_attention_path(recipe_runs):
+    recipe_runs.get("baselines").check()
+    log = (recipe_runs.dir / "logs" / f"train-{URPE_RUN}.log").read_text()
+    paths = re.findall(r"\| INFO \| fairseq_urpe\.kernels\.dispatch \| attention path: (.*)$", log, re.M)
+    assert paths and all(path.startswith("dense (") for path in paths), paths  # CPU: never fused
+    stock = (recipe_runs.dir / "logs" / f"train-{STOCK_RUN}.log").read_text()
+    assert "attention path:" not in stock  # fairseq's own attention
+
+
+def test_gpu_count_that_cannot_keep_the_batch_is_refused_unless_update_freq_is_given(outside, full_size_data):
+    refused = run_recipe("train.sh", outside, full_size_data, timeout=60, DRY_RUN=1, GPUS=8, NNODES=2, MASTER_ADDR="node0")
     assert refused.returncode != 0
     assert "BATCH_TOKENS=73728 tokens per update is not a whole number of batches of MAX_TOKENS=3072 on 16 device(s)" in refused.output
-    forced = run_recipe("train.sh", outside, "wt103", timeout=60, DRY_RUN=1, GPUS=8, NNODES=2, NODE_RANK=1,
-                        MASTER_ADDR="node0", UPDATE_FREQ=2, DATA_BIN=data).check()
-    assert "--update-freq 2: 98304 tokens per update" in forced.output
-    assert "warning: 98304 tokens per update, not BATCH_TOKENS=73728" in forced.output
-    assert "--node_rank 1" in forced.output and "--master_addr node0" in forced.output
 
 
 def test_unbinarized_data_is_refused_before_anything_is_written(tmp_path, outside):
@@ -154,15 +297,12 @@ def test_unbinarized_data_is_refused_before_anything_is_written(tmp_path, outsid
     assert not (outside / "wt103").exists()
 
 
-@pytest.mark.e2e
-def test_unknown_arch_fails_naming_it_and_writes_no_checkpoint(recipe_runs):
-    recipe_runs.get("data")["binarize"].check()
-    run = recipe_runs.run("train.sh", SMOKE=1, ARCH="transformer_lm_urpe_wiki104", RUN_NAME="unknown")
-    assert run.returncode != 0
+def test_unknown_arch_is_refused_naming_it_and_the_known_ones(full_dry_run, outside):
+    run = full_dry_run(GPUS=8, ARCH="transformer_lm_urpe_wiki104")
+    assert run.returncode == 1
     assert "train.sh: error: unknown ARCH=transformer_lm_urpe_wiki104: fairseq-train (with --user-dir fairseq_urpe) has no such --arch" in run.output
     assert "transformer_lm_urpe_wiki103" in run.output.split("unknown ARCH=")[1]  # the known ones are listed
-    assert not (recipe_runs.dir / "checkpoints" / "unknown").exists()
-    assert not (recipe_runs.dir / "tensorboard" / "unknown").exists()
+    assert not (outside / "checkpoints").exists() and "== command" not in run.output
 
 
 @pytest.mark.e2e
@@ -197,36 +337,33 @@ def test_truncated_checkpoint_last_is_replaced_by_the_newest_intact_checkpoint(r
 
 
 @pytest.mark.e2e
-def test_rpe_init_zero_reaches_fairseq_train_and_the_checkpoint_and_alibi_is_the_default(recipe_runs):
-    zero = recipe_runs.get("zero_start").check()
-    assert "  RPE_INIT=zero" in zero.output
+def test_rpe_init_zero_reaches_fairseq_train_and_the_checkpoint_and_alibi_is_train_sh_default(recipe_runs):
+    baselines = recipe_runs.get("baselines").check()  # run_baselines.sh passes RPE_INIT=zero (its default)
     assert (f"== bias start: {URPE} (--rpe-kind t5) learns its bias b, started flat, b = 0 (RPE_INIT=zero, "
-            "--rpe-init zero)") in zero.output
-    assert " --rpe-init zero " in zero.output.split("== command:")[1]
-    checkpoint = load_checkpoint(smoke_dir(recipe_runs, "zero-start") / "checkpoint_last.pt")
-    assert num_updates(checkpoint) == ZERO_START_MAX_UPDATE
-    assert checkpoint["cfg"]["model"]["rpe_init"] == "zero"
-
-    baselines = recipe_runs.get("baselines").check()  # no RPE_INIT given: today's start, ALiBi's line
-    assert "  RPE_INIT=alibi" in baselines.output
-    assert (f"== bias start: {URPE} (--rpe-kind t5) learns its bias b, started on ALiBi's line -m_h|k| "
-            "(RPE_INIT=alibi, --rpe-init alibi)") in baselines.output
+            "--rpe-init zero)") in baselines.output
     assert "== bias start: transformer_lm_wiki103 is fairseq's own arch, without a relative bias; RPE_INIT does not apply" \
         in baselines.output
-    default = load_checkpoint(smoke_dir(recipe_runs, f"{URPE}-smoke") / "checkpoint_last.pt")
-    assert default["cfg"]["model"]["rpe_init"] == "alibi"
-    stock = load_checkpoint(smoke_dir(recipe_runs, "transformer_lm_wiki103-smoke") / "checkpoint_last.pt")
+    assert load_checkpoint(smoke_dir(recipe_runs, URPE_RUN) / "checkpoint_last.pt")["cfg"]["model"]["rpe_init"] == "zero"
+    stock = load_checkpoint(smoke_dir(recipe_runs, STOCK_RUN) / "checkpoint_last.pt")
     assert "rpe_init" not in stock["cfg"]["model"]  # fairseq's own arch is not given the plugin's flag
 
+    resume = recipe_runs.get("resume")["rerun"].check()  # train.sh without RPE_INIT: ALiBi's line
+    assert "  RPE_INIT=alibi" in resume.output
+    assert (f"== bias start: {URPE} (--rpe-kind t5) learns its bias b, started on ALiBi's line -m_h|k| "
+            "(RPE_INIT=alibi, --rpe-init alibi)") in resume.output
+    assert " --rpe-init alibi " in resume.output.split("== command")[1]
+    resumed = load_checkpoint(recipe_runs.dir / "checkpoints" / "resume" / "checkpoint_last.pt")
+    assert resumed["cfg"]["model"]["rpe_init"] == "alibi"
 
-def test_rpe_init_of_a_fixed_bias_changes_nothing_and_a_bad_value_is_refused_naming_the_knob(tmp_path, outside):
-    data = fake_data_bin(tmp_path)
-    alibi = run_recipe("train.sh", outside, "wt103", timeout=120, DRY_RUN=1, GPUS=1, DATA_BIN=data, RPE_INIT="zero",
-                       ARCH="transformer_lm_urpe_alibi_wiki103").check()
+
+def test_rpe_init_of_a_fixed_bias_changes_nothing_and_a_bad_value_is_refused_naming_the_knob(full_dry_run, outside,
+                                                                                              full_size_data):
+    alibi = full_dry_run(GPUS=8, RPE_INIT="zero", ARCH="transformer_lm_urpe_alibi_wiki103").check()
     assert ("== bias start: transformer_lm_urpe_alibi_wiki103 (--rpe-kind alibi) has no learned bias b; RPE_INIT=zero "
             "changes nothing") in alibi.output
-    bad = run_recipe("train.sh", outside, "wt103-bad", timeout=60, DRY_RUN=1, GPUS=1, DATA_BIN=data, RPE_INIT="ALiBi")
+    assert "--rpe-init" not in printed_command(alibi.output)
+    bad = run_recipe("train.sh", outside, full_size_data, timeout=60, DRY_RUN=1, GPUS=8, RPE_INIT="ALiBi")
     assert bad.returncode != 0
     assert ("train.sh: error: RPE_INIT must be alibi (the learned bias starts on ALiBi's line) or zero (flat), "
             "got RPE_INIT=ALiBi") in bad.output
-    assert "== command:" not in bad.output and not (outside / "wt103-bad").exists()  # refused before anything is written
+    assert "== command" not in bad.output

@@ -1,0 +1,287 @@
+"""The Python side of train.sh: check a training against fairseq and its saved run, then start it.
+
+    python launch_training.py [options] -- FAIRSEQ_TRAIN_ARGUMENTS...
+
+One process, fairseq imported once. It adds ``--rpe-init`` (archs whose position kind learns a bias from
+it) and ``--urpe-attention-impl`` (the plugin's archs), names the run (``run_identity.run_name``), parses
+the whole command with fairseq-train's own parser, and refuses what fairseq would accept but a GPU node
+cannot run or the data cannot feed: ``--tpu`` (fairseq's options.py sets it for ``--bf16``), adaptive
+cutoffs beyond the dictionary. Then the saved run, if any: a truncated ``checkpoint_last.pt`` is replaced
+by the newest intact checkpoint (``checkpoint_last_intact.py``); a run saved with other settings is
+refused, each difference named (``run_identity.differences``); a run whose ``checkpoint_last.pt`` is at
+``--max-update`` is finished, and the script exits 0 without touching it (fairseq would take one more
+update before it checks ``max_update``, and with ``--t-mult 2`` the cosine schedule restarts there).
+With ``--dry-run`` it stops after the checks, having written nothing. Otherwise its output also goes to
+the log (``tee -a``), and it trains: in this process (one device), as CPU ranks over gloo (``--cpu-procs``
+> 1; if one fails, the others are stopped), or under torchrun (GPUs).
+"""
+
+import argparse
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, REPO)  # this repository's plugin, the one train.sh's --user-dir names
+
+# fairseq_cli.train first: it sets up logging as fairseq-train does (stdout, fairseq's format, INFO), which
+# one of fairseq's own modules would otherwise do first (at DEBUG, to stderr).
+import fairseq_cli.train  # isort: skip
+import torch
+from fairseq import options
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq.distributed import utils as distributed_utils
+from fairseq.models import ARCH_MODEL_REGISTRY
+from omegaconf import OmegaConf
+
+from checkpoint_last_intact import intact
+from checkpoint_last_intact import main as make_checkpoint_last_intact
+from output_tee import output_teed_to
+from run_identity import arch_kind, differences, language_model_archs, learns_from_rpe_init, precision, run_name
+
+import fairseq_urpe  # noqa: F401  (registers the plugin's archs, from REPO)
+
+SCRIPT = "train.sh"
+
+
+def fail(message):
+    print(f"{SCRIPT}: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def note(message):
+    print(f"== {message}", flush=True)
+
+
+def parse_options(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bin", required=True, help="the environment's bin folder (fairseq-train, torchrun)")
+    parser.add_argument("--rpe-init", required=True)
+    parser.add_argument("--attention-impl", required=True)
+    parser.add_argument("--run-name", default="")
+    parser.add_argument("--save-dir", default="")
+    parser.add_argument("--tensorboard-dir", default="")
+    parser.add_argument("--wt103-dir", required=True)
+    parser.add_argument("--log-dir", required=True)
+    parser.add_argument("--bpe", required=True)
+    parser.add_argument("--vocab", type=int, required=True)
+    parser.add_argument("--smoke", type=int, default=0)
+    parser.add_argument("--dry-run", type=int, default=0)
+    parser.add_argument("--cpu-procs", type=int, default=0)
+    parser.add_argument("--gpus", type=int, default=0)
+    parser.add_argument("--nnodes", type=int, default=1)
+    parser.add_argument("--node-rank", type=int, default=0)
+    parser.add_argument("--master-addr", default="127.0.0.1")
+    parser.add_argument("--master-port", default="auto")
+    parser.add_argument("fairseq_args", nargs=argparse.REMAINDER)
+    opts = parser.parse_args(argv)
+    if opts.fairseq_args[:1] == ["--"]:
+        opts.fairseq_args = opts.fairseq_args[1:]
+    return opts
+
+
+def parse_fairseq(argv):
+    """fairseq-train's own parsing of ``argv`` (the arch's defaults applied), as a Namespace."""
+    return options.parse_args_and_arch(options.get_training_parser(), input_args=argv)
+
+
+def plain_config(args):
+    """The config fairseq-train makes of ``args``, as the plain dict a checkpoint stores (``cfg``)."""
+    return OmegaConf.to_container(convert_namespace_to_omegaconf(args), resolve=True, enum_to_str=True)
+
+
+def dictionary_size(data):
+    """Symbols of fairseq's dictionary of ``data``: dict.txt's entries and the 4 special symbols."""
+    with open(os.path.join(data, "dict.txt"), encoding="utf-8") as f:
+        return sum(1 for _ in f) + 4
+
+
+def check_for_a_gpu_node(args):
+    if args.tpu:
+        fail("the command turns on --tpu (fairseq's options.py sets it for --bf16/--memory-efficient-bf16), and "
+             "fairseq-train then asks torch_xla for a TPU device; on GPUs use PRECISION=fp16 or fp32")
+    vocab = dictionary_size(args.data)
+    for option, in_use in (("adaptive_input_cutoff", getattr(args, "adaptive_input", False)),
+                           ("adaptive_softmax_cutoff", True)):
+        value = getattr(args, option, None)
+        if in_use and value:
+            cutoffs = [int(c) for c in str(value).split(",")]
+            if cutoffs != sorted(set(cutoffs)) or cutoffs[-1] > vocab:
+                fail(f"--{option.replace('_', '-')} {value} does not fit the dictionary of {args.data} ({vocab} "
+                     f"symbols): cutoffs must increase and end at most at the dictionary's size (fairseq asserts it "
+                     f"when it builds the model)")
+
+
+def position_flags(opts, args):
+    """The flags the plugin's archs get (and a note of where the run's bias starts)."""
+    if not hasattr(args, "rpe_kind"):
+        note(f"bias start: {args.arch} is fairseq's own arch, without a relative bias; RPE_INIT does not apply")
+        if opts.attention_impl != "auto":
+            note(f"ATTENTION_IMPL={opts.attention_impl} applies to the plugin's archs; {args.arch} runs fairseq's "
+                 f"own attention")
+        return []
+    kind = str(args.rpe_kind)
+    flags = ["--urpe-attention-impl", opts.attention_impl]
+    if not learns_from_rpe_init(kind):
+        note(f"bias start: {args.arch} (--rpe-kind {kind}) has no learned bias b; RPE_INIT={opts.rpe_init} changes nothing")
+        return flags
+    start = ("on ALiBi's line -m_h|k| (RPE_INIT=alibi, --rpe-init alibi)" if opts.rpe_init == "alibi"
+             else "flat, b = 0 (RPE_INIT=zero, --rpe-init zero)")
+    note(f"bias start: {args.arch} (--rpe-kind {kind}) learns its bias b, started {start}")
+    return flags + ["--rpe-init", opts.rpe_init]
+
+
+def saved_run(dry_run, save_dir, config):
+    """Check the run saved in ``save_dir`` against ``config``: ``(updates, training seconds)`` of its
+    checkpoint_last.pt, or None when there is none to resume."""
+    last = os.path.join(save_dir, "checkpoint_last.pt")
+    if not os.path.exists(last):
+        return None
+    if dry_run:
+        if not intact(last):
+            note(f"{last} is truncated; without DRY_RUN it is replaced by the newest intact checkpoint")
+            return None
+    elif make_checkpoint_last_intact(save_dir) != 0:
+        fail(f"cannot resume from {save_dir} (see above)")
+    state = torch.load(last, map_location="cpu", mmap=True)
+    found = differences(state["cfg"], config)
+    if found:
+        fail(f"{last} holds a run with other settings; refusing to resume it with these: "
+             + "; ".join(f"{name}: saved {saved!r}, now {now!r}" for name, saved, now in found)
+             + ". Rerun with the saved settings, or give the new run its own RUN_NAME or SAVE_DIR.")
+    return state["optimizer_history"][-1]["num_updates"], state.get("extra_state", {}).get("previous_training_time")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def train_here(argv):
+    """fairseq-train's cli_main on ``argv``, in this process."""
+    distributed_utils.call_main(convert_namespace_to_omegaconf(parse_fairseq(argv)), fairseq_cli.train.main)
+
+
+def train_cpu_ranks(command, procs, log_dir, run):
+    """One fairseq-train per rank (rank 0's output here, rank R's in train-<run>.rankR.log); if a rank
+    fails the others are stopped, since they would wait for it forever in the next all-reduce."""
+    ranks, logs = [], [None]
+    for rank in range(procs):
+        out = None
+        if rank:
+            logs.append(os.path.join(log_dir, f"train-{run}.rank{rank}.log"))
+            out = open(logs[rank], "a")
+            out.write(f"== {SCRIPT} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}: rank {rank}\n")
+            out.flush()
+        ranks.append(subprocess.Popen(command + ["--distributed-rank", str(rank)], stdout=out,
+                                      stderr=subprocess.STDOUT if out else None))
+
+    def stop(*_):
+        for process in ranks:
+            if process.poll() is None:
+                process.terminate()
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, stop)
+    failed, running = None, set(range(procs))
+    while running and failed is None:
+        time.sleep(1)
+        for rank in sorted(running):
+            code = ranks[rank].poll()
+            if code is not None:
+                running.discard(rank)
+                if code == 0:
+                    note(f"rank {rank} finished")
+                else:
+                    failed = f"rank {rank} (exit code {code}; log {logs[rank] or 'above'})"
+    for process in ranks:
+        if process.poll() is None:
+            process.terminate()
+        process.wait()
+    if failed:
+        fail(f"fairseq-train failed on {failed}; the other ranks were stopped")
+
+
+def main(argv=None):
+    """train.sh's Python side on ``argv`` (default: the command line); returns the exit status."""
+    opts = parse_options(argv)
+    base = opts.fairseq_args
+    arch = base[base.index("--arch") + 1]
+    if arch not in ARCH_MODEL_REGISTRY:
+        fail(f"unknown ARCH={arch}: fairseq-train (with --user-dir fairseq_urpe) has no such --arch. "
+             f"Language-model archs: {' '.join(language_model_archs())}")
+    args = parse_fairseq(base)
+    flags = position_flags(opts, args)
+    learns = arch_kind(arch)["learns_from_rpe_init"]  # the name eval.sh derives too, from the arch alone
+    run = opts.run_name or run_name(arch, args.tokens_per_sample, opts.rpe_init if learns else None, args.seed,
+                                     opts.bpe, opts.vocab, precision(vars(args)), bool(opts.smoke))
+    save_dir = opts.save_dir or os.path.join(opts.wt103_dir, "checkpoints", run)
+    tensorboard = opts.tensorboard_dir or os.path.join(opts.wt103_dir, "tensorboard", run)
+    log = os.path.join(opts.log_dir, f"train-{run}.log")
+    argv = base + flags + ["--save-dir", save_dir, "--tensorboard-logdir", tensorboard]
+    world = opts.cpu_procs or opts.gpus * opts.nnodes
+    if world <= 1 and not opts.cpu_procs:
+        argv += ["--distributed-world-size", "1"]
+    args = parse_fairseq(argv)
+    check_for_a_gpu_node(args)
+    note(f"run: {run} (checkpoints {save_dir}, log {log})")
+
+    if opts.cpu_procs > 1:
+        port = free_port() if opts.master_port == "auto" else int(opts.master_port)
+        command = [os.path.join(opts.bin, "fairseq-train")] + argv + [
+            "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-world-size", str(world),
+            "--distributed-no-spawn", "--distributed-backend", "gloo"]
+        shown = command + ["--distributed-rank", "$RANK"]
+        note(f"command (one per rank, RANK=0..{world - 1}):")
+    elif world <= 1:
+        shown = [os.path.join(opts.bin, "fairseq-train")] + argv
+        note("command (run in this process):")
+    else:
+        # --distributed-world-size too: fairseq skips torchrun's environment when its default (the local GPU count) is 1.
+        command = [os.path.join(opts.bin, "torchrun"), "--nnodes", str(opts.nnodes), "--node_rank", str(opts.node_rank),
+                   "--nproc_per_node", str(opts.gpus), "--master_addr", opts.master_addr, "--master_port",
+                   str(opts.master_port), "-m", "fairseq_cli.train"] + argv + ["--distributed-world-size", str(world)]
+        shown = command
+        note("command:")
+    print(" " + shlex.join(shown), flush=True)
+
+    saved = saved_run(opts.dry_run, save_dir, plain_config(args))
+    if saved is not None:
+        updates, seconds = saved
+        if args.max_update and updates >= args.max_update:
+            note(f"finished: {save_dir}/checkpoint_last.pt is at update {updates} of MAX_UPDATE={args.max_update}"
+                 + (f" after {seconds:,.0f} s of training" if seconds else "") + "; nothing to do")
+            return 0
+        note(f"resuming from {save_dir}/checkpoint_last.pt (update {updates} of {args.max_update})")
+    if opts.dry_run:
+        note("DRY_RUN=1: not training")
+        return 0
+
+    os.makedirs(opts.log_dir, exist_ok=True)
+    with output_teed_to(log):
+        print(f"== {SCRIPT} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}: {shlex.join(shown)}", flush=True)
+        try:
+            if opts.cpu_procs > 1:
+                train_cpu_ranks(command, world, opts.log_dir, run)
+            elif world <= 1:
+                train_here(argv)
+            elif subprocess.call(command):
+                fail(f"torchrun failed; log: {log}")
+        except Exception:
+            traceback.print_exc()
+            fail(f"fairseq-train failed; log: {log}")
+        # Global rank 0 (on node 0) writes the checkpoints; the other nodes see them on the shared file system.
+        if opts.node_rank == 0 and not os.path.exists(os.path.join(save_dir, "checkpoint_last.pt")):
+            fail(f"fairseq-train ended without writing {save_dir}/checkpoint_last.pt")
+        note(f"trained {arch}: {save_dir}/checkpoint_last.pt")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
