@@ -3,6 +3,7 @@ a script that is not in a package. Running fairseq and reading its logs: :mod:`f
 
 import argparse
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -24,7 +25,11 @@ def fill_from_preset(args: argparse.Namespace, preset: dict) -> argparse.Namespa
 
 
 def load_script(path: Path) -> ModuleType:
-    """The Python file at ``path`` as a module (a script outside any package, e.g. an example's)."""
+    """The Python file at ``path`` as a module (a script outside any package, e.g. an example's). Its folder
+    goes on ``sys.path`` first, as when the script runs, so the modules beside it import."""
+    folder = str(Path(path).resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(Path(path).stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -15,6 +15,7 @@ A run whose eval JSON exists is not redone, so an interrupted sweep resumes wher
 
 import argparse
 import json
+import logging
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -318,6 +319,8 @@ def family(config):
 
 def plot(summary, runs, a):
     import matplotlib
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import left the root logger at DEBUG
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -11,11 +11,10 @@ with the range of the learned ``c``.
 import argparse
 import os
 import tempfile
-from types import SimpleNamespace
 
 import torch
 
-from .evaluate_lengths import REPO, eval_lm_table
+from .evaluate_lengths import eval_lm_table, score_blocks
 
 
 def main(argv=None):
@@ -40,9 +39,7 @@ def main(argv=None):
             torch.save(state, reset)
             ppl = []
             for checkpoint in (path, reset):
-                args = SimpleNamespace(data=a.data, checkpoint=checkpoint, user_dir=str(REPO / "fairseq_urpe"),
-                                       max_tokens=4 * length, softmax_batch=1024, cpu=True, fp16=False)
-                loss, _, _ = table.run_eval_lm(args, "test", length, 0, False, length)
+                loss, _, _ = score_blocks(table, a.data, checkpoint, "test", length, True, cpu=True)
                 ppl.append(2 ** loss)
         print(f"| {path} | {float(c.min()):.2f} .. {float(c.max()):.2f} | {ppl[0]:.2f} | {ppl[1]:.2f} |", flush=True)
 

@@ -4,8 +4,8 @@
 
 For each factor k: non-overlapping blocks of k x L tokens, each scored from the start of its block
 (fairseq-eval-lm ``--tokens-per-sample kL --context-window 0``), as in examples/wikitext103/eval.sh's
-extrapolation sweep, whose runner (``eval_lm_table.run_eval_lm``: it lifts fairseq's length bound for
-sinusoidal and relative positions) this reuses. Perplexity per token (fairseq's: words and one
+extrapolation rows, whose runner (``eval_lm_table.eval_lm_argv`` and ``run_eval_lm``: the arguments lift
+fairseq's length bound for sinusoidal and relative positions) this reuses. Perplexity per token (fairseq's: words and one
 end-of-sentence per line). A factor counts only if every token of the split was scored.
 Writes ``{"split", "train_length", "num_updates", "params", "rows": [{"factor", "block", "loss_base2",
 "ppl", "tokens", "status"}]}``.
@@ -24,6 +24,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 def eval_lm_table():
     return load_script(REPO / "examples/wikitext103/eval_lm_table.py")
+
+
+def score_blocks(table, data, checkpoint, split, block, extends, cpu):
+    """fairseq-eval-lm on non-overlapping blocks of ``block`` tokens, batches of 4 blocks: (loss base 2,
+    tokens scored, parameters). ``extends``: the model's positions reach past its training length."""
+    args = SimpleNamespace(data=data, checkpoint=checkpoint, cpu=cpu, fp16=False)
+    row = dict(split=split, break_mode="none", tokens_per_sample=block, context_window=0,
+               max_target_positions=block if extends else None)
+    return table.run_eval_lm(table.eval_lm_argv(args, row, 4 * block))
 
 
 def main(argv=None):
@@ -45,14 +54,11 @@ def main(argv=None):
     absolute_learned = bool(model_cfg.get("decoder_learned_pos")) and not model_cfg.get("no_token_positional_embeddings")
     num_updates = state["optimizer_history"][-1]["num_updates"]
     del state
-    total = table.split_tokens(a.data, a.split)
-    args = SimpleNamespace(data=a.data, checkpoint=a.checkpoint, user_dir=str(REPO / "fairseq_urpe"),
-                           max_tokens=0, softmax_batch=1024, cpu=a.cpu, fp16=False)
+    total = int(table.split_sizes(a.data, a.split).sum())
     rows, params = [], None
     for k in a.factors:
         block = k * train_length
-        args.max_tokens = 4 * block
-        loss, tokens, params = table.run_eval_lm(args, a.split, block, 0, absolute_learned, train_length)
+        loss, tokens, params = score_blocks(table, a.data, a.checkpoint, a.split, block, not absolute_learned, a.cpu)
         ok = tokens == total
         rows.append({"factor": k, "block": block, "loss_base2": loss if ok else None, "ppl": 2 ** loss if ok else None,
                      "tokens": tokens, "status": "ok" if ok else f"incomplete: {tokens} of {total} tokens scored"})

@@ -154,6 +154,20 @@ def test_run_brown_smoke_trains_evaluates_at_three_lengths_and_writes_tables_and
     assert "--collect-only: 3 finished run(s)" in collect.stdout
     assert not list((out / "logs").glob("train-t5-*")) and "t5" not in json.loads((out / "results.json").read_text())["summary"]
 
+    # c_ablation: the URPE model's learned-c perplexity is the sweep's own at L; a model without C is refused
+    urpe = out / "checkpoints" / "t5_zero-start-cbucketed-s1" / "checkpoint_last.pt"
+    ablation = subprocess.run([sys.executable, "-m", "experiments.language_modeling.c_ablation", "--data",
+                               str(out / "data-bin"), str(urpe)], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert ablation.returncode == 0, ablation.stdout[-4000:]
+    learned, unit = map(float, ablation.stdout.strip().splitlines()[-1].strip("| ").split(" | ")[-2:])
+    assert learned == pytest.approx(results["summary"]["t5 zero-start+C bucketed"]["test_ppl"]["1"]["mean"], rel=1e-4)
+    assert math.isfinite(unit) and unit > 1
+    refused = subprocess.run([sys.executable, "-m", "experiments.language_modeling.c_ablation", "--data",
+                              str(out / "data-bin"), str(out / "checkpoints" / "stock-s1" / "checkpoint_last.pt")],
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert refused.returncode != 0 and "has no URPE Toeplitz table" in refused.stdout
+
 
 def test_investigation_tables_are_means_over_seeds_and_paired_differences(tmp_path):
     """collect.py on fairseq-train logs (lines as fairseq writes them): seed 1 is the bare run name,
