@@ -43,6 +43,7 @@ import shlex
 import sys
 import time
 import traceback
+import zipfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)  # this repository's plugin, the one --user-dir names
@@ -245,20 +246,19 @@ def attention_path(train_log, plugin):
 
 
 def read_checkpoint(path):
-    """(cfg as a plain dict, num_updates, seconds of training) of a checkpoint, its weights memory-mapped,
-    not read. torch >= 2.6 loads with ``weights_only=True`` unless told otherwise, and so does fairseq's own
-    loader; checkpoints of older fairseq versions hold an ``argparse.Namespace`` (``args``), which that
-    refuses. Such a checkpoint is then loaded with ``weights_only=False`` for the rest of this process
-    (TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1), saying so, and upgraded by fairseq to a ``cfg``."""
+    """(cfg as a plain dict, num_updates, seconds of training) of a checkpoint, its weights memory-mapped
+    where its layout allows (torch.save's zip, torch >= 1.6), not read. torch >= 2.6 loads with
+    ``weights_only=True`` unless told otherwise, and so does fairseq's own loader; checkpoints of older
+    fairseq versions hold an ``argparse.Namespace`` (``args``), which that refuses. Such a checkpoint is then
+    loaded with ``weights_only=False`` for the rest of this process (TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1),
+    saying so, and upgraded by fairseq to a ``cfg``."""
     try:
-        state = torch.load(path, map_location="cpu", mmap=True)
+        state = torch.load(path, map_location="cpu", mmap=zipfile.is_zipfile(path))
     except pickle.UnpicklingError:
         print(f"== {path} holds more than tensors and plain values (an older fairseq checkpoint: its arguments as "
               f"an argparse.Namespace); loading it with torch.load(weights_only=False), as a checkpoint you trust",
               flush=True)
         os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
-        state = None
-    except RuntimeError:  # not a zip file (torch.save's layout before torch 1.6): no memory map
         state = None
     if state is None or state.get("cfg") is None:
         state = checkpoint_utils.load_checkpoint_to_cpu(path)  # upgrades args to cfg

@@ -5,8 +5,8 @@
 One process, fairseq imported once. It adds ``--rpe-init`` (archs whose position kind learns a bias from
 it) and ``--urpe-attention-impl`` (the plugin's archs), names the run (``run_identity.run_name``), parses
 the whole command with fairseq-train's own parser, and refuses what fairseq would accept but a GPU node
-cannot run or the data cannot feed: ``--tpu`` (fairseq's options.py sets it for ``--bf16``), adaptive
-cutoffs beyond the dictionary. Then the saved run, if any: a truncated ``checkpoint_last.pt`` is replaced
+cannot run or the data cannot feed: ``--tpu`` (fairseq's options.py sets it for ``--bf16``), an arch
+without the adaptive softmax that ``--criterion adaptive_loss`` needs, adaptive cutoffs beyond the dictionary. Then the saved run, if any: a truncated ``checkpoint_last.pt`` is replaced
 by the newest intact checkpoint (``checkpoint_last_intact.py``); a run saved with other settings is
 refused, each difference named (``run_identity.differences``); a run whose ``checkpoint_last.pt`` is at
 ``--max-update`` is finished, and the script exits 0 without touching it (fairseq would take one more
@@ -105,6 +105,10 @@ def check_for_a_gpu_node(args):
     if args.tpu:
         fail("the command turns on --tpu (fairseq's options.py sets it for --bf16/--memory-efficient-bf16), and "
              "fairseq-train then asks torch_xla for a TPU device; on GPUs use PRECISION=fp16 or fp32")
+    if args.criterion == "adaptive_loss" and not getattr(args, "adaptive_softmax_cutoff", None):
+        fail(f"--arch {args.arch} has no adaptive softmax (no --adaptive-softmax-cutoff), which the recipe's --criterion "
+             f"adaptive_loss needs (fairseq asserts it at the first step): use a *_wiki103 arch (cutoffs 20000,60000), "
+             f"BPE=sentencepiece (cutoffs from its dictionary), or EXTRA_ARGS='--adaptive-softmax-cutoff A,B'")
     vocab = dictionary_size(args.data)
     for option, in_use in (("adaptive_input_cutoff", getattr(args, "adaptive_input", False)),
                            ("adaptive_softmax_cutoff", True)):

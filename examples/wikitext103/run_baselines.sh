@@ -54,27 +54,22 @@ find_venv
 
 runs=$(mktemp)
 trap 'rm -f "$runs"' EXIT
+export WT103_DIR SMOKE RPE_INIT URPE_VENV=${BIN%/bin}
+# The runs and their cost; then (without DRY_RUN) every run checked as train.sh's DRY_RUN checks it, all in
+# one Python process, before any starts.
 "$BIN/python" "$RECIPES/sweep_runs.py" --sweep "$SWEEP" --archs "$ARCHS" --smoke "$SMOKE" --runs-file "$runs" \
   --tokens-per-sample "${TOKENS_PER_SAMPLE:-$([ "$SMOKE" = 1 ] && echo 64 || echo 3072)}" \
   --max-update "${MAX_UPDATE:-$([ "$SMOKE" = 1 ] && echo 40 || echo 286000)}" \
   --batch-tokens "${BATCH_TOKENS:-$([ "$SMOKE" = 1 ] && echo 512 || echo 73728)}" --peak-tflops "$GPU_PEAK_TFLOPS" \
-  --devices "$(( ${GPUS:-0} * ${NNODES:-1} ))"
+  --devices "$(( ${GPUS:-0} * ${NNODES:-1} ))" $([ "$DRY_RUN" = 1 ] || echo --check)
 if [ "$DRY_RUN" = 1 ]; then
   note "DRY_RUN=1: nothing checked further, nothing run"
   exit 0
 fi
-export WT103_DIR SMOKE RPE_INIT URPE_VENV=${BIN%/bin}
 
-# Every run checked (train.sh DRY_RUN) before any starts; its name read from the check.
 archs=() knobs=() names=()
-while read -r arch assignments; do
-  # shellcheck disable=SC2086
-  if ! check=$(env $assignments ARCH="$arch" DRY_RUN=1 bash "$RECIPES/train.sh" 2>&1); then
-    printf '%s\n' "$check" | tail -n 5 >&2
-    die "$arch${assignments:+ ($assignments)}: train.sh refuses this run (above); nothing was started"
-  fi
-  archs+=("$arch") knobs+=("$assignments") names+=("$(sed -n 's/^== run: \([^ ]*\) .*/\1/p' <<<"$check")")
-  note "checked $arch: run ${names[-1]}$(grep -q '^== finished:' <<<"$check" && echo ', finished already')"
+while read -r arch name assignments; do
+  archs+=("$arch") knobs+=("$assignments") names+=("$name")
 done <"$runs"
 
 suffix=$([ "$SMOKE" = 1 ] && echo -smoke || true)

@@ -56,6 +56,8 @@
 #   LOG_INTERVAL NUM_WORKERS  --log-interval, --num-workers    (default: 100 2; SMOKE: 5 0)
 #   EXTRA_ARGS       appended to fairseq-train's arguments, split on spaces (default: none)
 #   DRY_RUN          1: check everything, print the launch command, write nothing (default: 0)
+#   CHECK_COMMAND_FILE  with DRY_RUN=1: write the Python side's command line (NUL-separated) to this file instead
+#                    of running it, for run_baselines.sh to check every run of a sweep in one process (default: none)
 #   URPE_VENV        Python environment with fairseq           (default: .venv in the repository)
 # Relative paths are taken from the directory you run the script in.
 #
@@ -108,11 +110,12 @@ LOG_INTERVAL=${LOG_INTERVAL:-$(smoke 5 100)}
 NUM_WORKERS=${NUM_WORKERS:-$(smoke 0 2)}
 EXTRA_ARGS=${EXTRA_ARGS:-}
 DRY_RUN=${DRY_RUN:-0}
+CHECK_COMMAND_FILE=${CHECK_COMMAND_FILE:-}
 note "$SCRIPT"
 show_knobs ARCH RPE_INIT ATTENTION_IMPL SMOKE WT103_DIR BPE VOCAB DATA_BIN RUN_NAME SAVE_DIR LOG_DIR TENSORBOARD_DIR GPUS \
   NNODES NODE_RANK MASTER_ADDR MASTER_PORT CPU_PROCS PRECISION TOKENS_PER_SAMPLE MAX_TOKENS BATCH_TOKENS UPDATE_FREQ \
   MAX_UPDATE WARMUP_UPDATES LR LR_PERIOD_UPDATES SEED SAVE_INTERVAL_UPDATES KEEP_INTERVAL_UPDATES LOG_INTERVAL NUM_WORKERS \
-  EXTRA_ARGS DRY_RUN
+  EXTRA_ARGS DRY_RUN CHECK_COMMAND_FILE
 
 # ---- checks, before anything is written
 for knob in GPUS NNODES NODE_RANK CPU_PROCS TOKENS_PER_SAMPLE MAX_TOKENS BATCH_TOKENS MAX_UPDATE WARMUP_UPDATES \
@@ -187,7 +190,8 @@ ARGS=("$DATA_BIN" --task language_modeling --user-dir "$REPO/fairseq_urpe" --arc
 vocab=$(($(wc -l <"$DATA_BIN/dict.txt") + 4))  # fairseq's dictionary: dict.txt and 4 special symbols
 if [ "$SMOKE" = 1 ] || [ "$BPE" = sentencepiece ]; then
   # The _wiki103 archs cut the adaptive input and softmax at 20000,60000 words, beyond a subword vocabulary
-  # (or the fixture's): cut at 1/4 and 1/2 of the dictionary instead.
+  # (or the fixture's): cut at 1/4 and 1/2 of the dictionary instead. Every size gets these cutoffs: the sizes
+  # without adaptive input keep their embedding and get the adaptive softmax that adaptive_loss needs.
   cutoff="$((vocab / 4)),$((vocab / 2))"
   ARGS+=(--adaptive-input-cutoff "$cutoff" --adaptive-softmax-cutoff "$cutoff")
   note "adaptive input and softmax cut at $cutoff (1/4 and 1/2 of the $vocab symbols of $DATA_BIN)"
@@ -204,8 +208,14 @@ case $PRECISION in fp16) ARGS+=(--fp16) ;; esac
 [ -z "$EXTRA_ARGS" ] || ARGS+=($EXTRA_ARGS)
 
 find_venv
-exec "$BIN/python" "$RECIPES/launch_training.py" --bin "$BIN" --rpe-init "$RPE_INIT" \
+LAUNCH=("$RECIPES/launch_training.py" --bin "$BIN" --rpe-init "$RPE_INIT" \
   --attention-impl "$ATTENTION_IMPL" --run-name "$RUN_NAME" --save-dir "$SAVE_DIR" --tensorboard-dir "$TENSORBOARD_DIR" \
   --wt103-dir "$WT103_DIR" --log-dir "$LOG_DIR" --bpe "$BPE" --vocab "$VOCAB" --smoke "$SMOKE" --dry-run "$DRY_RUN" \
   --cpu-procs "$CPU_PROCS" --gpus "$GPUS" --nnodes "$NNODES" --node-rank "$NODE_RANK" --master-addr "$MASTER_ADDR" \
-  --master-port "$MASTER_PORT" -- "${ARGS[@]}"
+  --master-port "$MASTER_PORT" -- "${ARGS[@]}")
+if [ -n "$CHECK_COMMAND_FILE" ]; then
+  [ "$DRY_RUN" = 1 ] || die "CHECK_COMMAND_FILE is for checks: it needs DRY_RUN=1"
+  printf '%s\0' "${LAUNCH[@]}" >"$CHECK_COMMAND_FILE"
+  exit 0
+fi
+exec "$BIN/python" "${LAUNCH[@]}"

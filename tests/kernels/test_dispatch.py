@@ -285,3 +285,15 @@ def test_the_path_taken_is_logged_once_per_distinct_reason(monkeypatch, caplog):
     with caplog.at_level(logging.INFO, logger=dispatch.__name__):
         assert decide("fused", q_like(dtype=torch.float64))  # the interpreter, as every fused test here
     assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("attention path: fused (cpu, float64")]
+
+
+def test_help_of_attention_impl_does_not_exclude_attention_dropout_which_the_kernel_computes():
+    """--urpe-attention-impl's help, as fairseq-train prints it, lists what 'auto' needs for the fused kernel;
+    attention dropout is not among them (the kernel drops inside), and the dispatch agrees."""
+    from fairseq_urpe.models.relative_position_config import RelativePositionConfig
+
+    text = " ".join(RelativePositionConfig.__dataclass_fields__["urpe_attention_impl"].metadata["help"].split())
+    assert "no attention dropout" not in text and "without attention dropout" not in text, text
+    assert "'fused': the kernel, or an error naming this flag where it cannot run (for GPU runs that must not fall back)" in text
+    assert "The log names the path taken ('attention path: ...')" in text
+    assert decide("fused", dropout=0.1)  # the kernel takes attention dropout (here under the interpreter)

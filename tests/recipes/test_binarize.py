@@ -79,6 +79,27 @@ def test_sentencepiece_binarization_and_perplexity_per_word(recipe_runs):
     assert row["ppl_word"] > row["ppl_token"] > 1
 
 
+@pytest.mark.e2e
+def test_srcdict_encodes_with_the_given_dictionary_in_its_order(recipe_runs, tmp_path):
+    """SRCDICT (for a released model, whose embeddings follow its own dictionary): the data-bin folder keeps that
+    dictionary, order included, and the splits are encoded with it (here the session's dictionary reversed)."""
+    from fairseq.data import Dictionary, data_utils
+
+    recipe_runs.get("data")["binarize"].check()
+    own = (recipe_runs.dir / "data-bin" / "wikitext-103" / "dict.txt").read_text().splitlines()
+    srcdict = tmp_path / "dict.txt"
+    srcdict.write_text("\n".join(reversed(own)) + "\n")
+    data = tmp_path / "data-bin"
+    run = recipe_runs.run("binarize.sh", WORKERS=1, SRCDICT=srcdict, DATA_BIN=data).check()
+    assert f"SRCDICT={srcdict}" in run.output and "0.0% replaced" in run.output
+    assert (data / "dict.txt").read_text() == srcdict.read_text()
+    dictionary = Dictionary.load(str(data / "dict.txt"))
+    test = data_utils.load_indexed_dataset(str(data / "test"), dictionary)
+    lines = (FIXTURE / "wiki.test.tokens").read_text(encoding="utf-8").splitlines()
+    for i in (0, 1, len(lines) - 1):
+        assert dictionary.string(test[i]) == " ".join(lines[i].split())
+
+
 def test_folder_without_the_splits_fails_naming_the_file_and_writes_nothing(tmp_path, outside):
     raw = tmp_path / "raw"
     raw.mkdir()

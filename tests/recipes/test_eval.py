@@ -7,12 +7,14 @@ import json
 import math
 import re
 
+import numpy as np
 import pytest
 
 from fairseq_urpe.fairseq_runs import valid_losses
 
-from .conftest import PIPELINE_ARCHS, PIPELINE_RUNS, SMOKE_MAX_TOKENS, SMOKE_MAX_UPDATE, run_recipe
+from .conftest import PIPELINE_ARCHS, PIPELINE_RUNS, RECIPES, SMOKE_MAX_TOKENS, SMOKE_MAX_UPDATE, run_recipe
 from .dry_run import dry_run, eval_lm_args, eval_lm_commands, python_side, train_args
+from .readme_commands import code_commands
 
 L = 64  # train.sh's SMOKE block length
 RUNS = dict(zip(PIPELINE_ARCHS, PIPELINE_RUNS))
@@ -163,23 +165,99 @@ def test_full_sweep_is_stock_then_every_kinds_rpe_and_urpe_pair_from_the_registr
     assert "== cost (estimate, not measured):" in run.output
 
 
-def test_released_model_check_builds_fairseqs_own_evaluation_command(outside, full_size_data, stand_in_python):
-    """The README's command for fairseq's adaptive_lm_wiki103.v2 (not downloaded here): its fairseq-protocol
-    rows are fairseq's evaluation (--sample-break-mode complete, context 2560 of L = 3072, softmax batch
-    1024) as fairseq-eval-lm parses them, batched within 3,072 tokens per forward."""
-    data = full_size_data / "data-bin" / "wikitext-103"
-    run = dry_run("eval.sh", outside, full_size_data, stand_in_python, CHECKPOINT="adaptive_lm_wiki103.v2/model.pt",
-                  DATA_BIN=data, RUN_NAME="adaptive_lm_wiki103.v2", MAX_TOKENS=3072).check()
+def released_model_commands():
+    """The README's three commands for fairseq's released adaptive_lm_wiki103.v2: the download, the binarization
+    with its dictionary, the evaluation (the last two as (script, knobs))."""
+    text = (RECIPES / "README.md").read_text()
+    download = next(line for line in text.splitlines() if "adaptive_lm_wiki103.v2.tar.bz2" in line and "wget" in line)
+    scripts = {script: knobs for script, knobs, line in code_commands(text) if "adaptive_lm_wiki103.v2" in line}
+    return download, scripts["binarize.sh"], scripts["eval.sh"]
+
+
+def test_released_model_check_runs_fairseqs_own_evaluation_as_the_readme_writes_it(tmp_path, monkeypatch, outside,
+                                                                                  full_size_data, stand_in_python):
+    """The README's command for fairseq's adaptive_lm_wiki103.v2 (not downloaded here), run as written (DRY_RUN)
+    on a stand-in of the released model.pt: fairseq 0.12's stock transformer_lm_wiki103 arguments as an
+    argparse.Namespace, in torch's layout before 1.6 (not a zip), at the README's path, and a data-bin folder of
+    WikiText-103's dictionary size at the README's DATA_BIN. L and the batch come from that checkpoint; the
+    fairseq-protocol rows are fairseq's evaluation (--sample-break-mode complete, context 2560 of L = 3072,
+    softmax batch 1024) as fairseq-eval-lm parses them, batched within 3,072 tokens per forward."""
+    import torch
+
+    download, binarize, evaluate = released_model_commands()
+    assert download.startswith("wget https://dl.fbaipublicfiles.com/fairseq/models/lm/adaptive_lm_wiki103.v2.tar.bz2 ")
+    assert binarize["DATA_BIN"] == evaluate["DATA_BIN"]  # evaluated on data encoded with the model's own dictionary
+    assert binarize["SRCDICT"] == "adaptive_lm_wiki103.v2/dict.txt"
+    assert evaluate["CHECKPOINT"] == "adaptive_lm_wiki103.v2/model.pt" and "MAX_TOKENS" not in evaluate
+
+    stock = train_args(dry_run("train.sh", outside, full_size_data, stand_in_python, GPUS=8,
+                               ARCH="transformer_lm_wiki103").check().output)
+    model = outside / evaluate["CHECKPOINT"]
+    model.parent.mkdir()
+    torch.save({"args": stock, "model": {}, "extra_state": {}, "optimizer_history": [
+        {"criterion_name": "AdaptiveLoss", "optimizer_name": "NAG", "lr_scheduler_state": {"best": None},
+         "num_updates": 286000}]}, model, _use_new_zipfile_serialization=False)
+    data = outside / evaluate["DATA_BIN"]
+    data.parent.mkdir(parents=True)
+    data.symlink_to(full_size_data / "data-bin" / "wikitext-103")
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "0")  # eval.sh's Python side sets it here; restored after
+
+    run = dry_run("eval.sh", outside, full_size_data, stand_in_python, **evaluate).check()
+    assert f"== {model} holds more than tensors and plain values (an older fairseq checkpoint" in run.output
+    assert "== run: adaptive_lm_wiki103.v2 " in run.output
     commands = eval_lm_commands(run.output)
     for split in ("valid", "test"):
         args = eval_lm_args(commands[split, "fairseq protocol: sliding window, --sample-break-mode complete"])
         assert (args.sample_break_mode, args.context_window, args.tokens_per_sample) == ("complete", 2560, 3072)
         assert args.softmax_batch == 1024 and args.gen_subset == split
-        assert args.path == str(outside / "adaptive_lm_wiki103.v2" / "model.pt") and args.data == str(data)
-        assert args.max_tokens == 700  # one window of 512 scored tokens, or the longest line (700) alone
+        assert args.path == str(model) and args.data == str(data)
+        assert args.max_tokens == 700  # one block of 512 scored tokens, or the longest line (700) alone
         sliding = eval_lm_args(commands[split, "sliding window"])
         assert (sliding.sample_break_mode, sliding.max_tokens) == ("none", 512)  # one window of 3072 per forward
+        assert eval_lm_args(commands[split, "non-overlapping"]).max_tokens == 3072
     assert "== DRY_RUN=1: not evaluating" in run.output and not (outside / "results").exists()
+
+
+def test_fp16_evaluation_reaches_fairseq_eval_lm_on_a_gpu_and_is_refused_on_cpu(outside, full_size_data,
+                                                                              stand_in_python):
+    data = full_size_data / "data-bin" / "wikitext-103"
+    run = dry_run("eval.sh", outside, full_size_data, stand_in_python, DATA_BIN=data, CPU=0, EVAL_PRECISION="fp16").check()
+    commands = eval_lm_commands(run.output)
+    assert len(commands) == 10  # 5 settings x valid, test
+    for argv in commands.values():
+        args = eval_lm_args(argv)
+        assert args.fp16 and not args.cpu and not args.bf16
+    cpu = run_recipe("eval.sh", outside, full_size_data, timeout=60, DRY_RUN=1, DATA_BIN=data, CPU=1, EVAL_PRECISION="fp16")
+    assert cpu.returncode != 0 and "eval.sh: error: EVAL_PRECISION=fp16 needs a GPU (CPU=1)" in cpu.output
+
+
+def test_a_row_that_runs_out_of_memory_is_evaluated_again_at_half_its_batch(monkeypatch):
+    """eval_lm_table.evaluate: fairseq-eval-lm (here a stand-in for its run, run_eval_lm) runs out of memory at
+    the row's batch; the row is evaluated once more at half of it, in whole blocks, and says which batch it took."""
+    import argparse
+
+    import torch
+
+    table = python_side("eval_lm_table")
+    calls = []
+
+    def run_eval_lm(argv):
+        calls.append(int(argv[argv.index("--max-tokens") + 1]))
+        if len(calls) == 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB")
+        return 7.0, 100, 1234
+
+    monkeypatch.setattr(table, "run_eval_lm", run_eval_lm)
+    options = argparse.Namespace(data="data", checkpoint="model.pt", cpu=False, fp16=False, context_window=-1,
+                                 max_tokens=0, splits=["test"], extrapolate=[1], words={"test": 100})
+    rows = table.make_rows(options, 3072, 4 * 3072, True, {"test": np.array([40, 60])})
+    standard, sliding = rows[0], rows[1]
+    assert (standard["max_tokens"], sliding["max_tokens"]) == (4 * 3072, 4 * 512)  # training's 4 blocks per forward
+    assert table.evaluate(options, standard, options.words) == 1234
+    assert calls == [4 * 3072, 2 * 3072] and standard["max_tokens"] == 2 * 3072 and standard["status"] == "ok"
+    calls.clear()
+    table.evaluate(options, sliding, options.words)
+    assert calls == [4 * 512, 2 * 512] and sliding["status"] == "ok"  # whole windows of 512 scored tokens
 
 
 def test_checkpoint_of_an_older_fairseq_with_its_arguments_as_a_namespace_is_read(tmp_path, monkeypatch,

@@ -8,13 +8,14 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
-from .conftest import (PIPELINE_ARCHS, PIPELINE_RUNS, RECIPES, REPO, RESUME_KNOBS, RESUME_MAX_UPDATE, RESUME_SAVE_INTERVAL,
+from .conftest import (BPE_VOCAB, PIPELINE_ARCHS, PIPELINE_RUNS, RECIPES, REPO, RESUME_KNOBS, RESUME_MAX_UPDATE, RESUME_SAVE_INTERVAL,
                        SMOKE_BATCH_TOKENS, SMOKE_MAX_TOKENS, SMOKE_MAX_UPDATE, WIKITEXT103_DICT, load_checkpoint,
                        num_updates, recipe_env, run_recipe, train_inner, weights)
-from .dry_run import dry_run, printed_command, python_here, run_recorded, train_args
+from .dry_run import dry_run, printed_command, python_here, python_side, run_recorded, train_args
 
 URPE = PIPELINE_ARCHS[0]
 URPE_RUN, STOCK_RUN = PIPELINE_RUNS
@@ -146,17 +147,29 @@ def test_rerun_of_a_finished_run_exits_0_in_one_line_and_leaves_checkpoint_last_
 
 @pytest.mark.e2e
 def test_rerun_with_other_settings_is_refused_naming_each_setting_and_both_values(recipe_runs, stand_in_python):
+    """The saved run (RUN_NAME=resume) against a command that changes each setting that defines a run: arch, L,
+    tokens per update, the lr schedule, RPE_INIT, seed, BPE and precision (fp16: GPUS=1, since CPU training is
+    fp32; the refusal comes before anything would start on a device)."""
     recipe_runs.get("resume")["rerun"].check()
+    recipe_runs.get("bpe")["binarize"].check()  # the SentencePiece data-bin folder, wikitext-103-spm500
     save = recipe_runs.dir / "checkpoints" / "resume"
     before = saved_files(save)
-    refused = python_here("train.sh", recipe_runs.cwd, recipe_runs.wt103, stand_in_python,
-                          **dict(RESUME_KNOBS, LR="0.5", SEED=2))
-    assert refused.returncode == 1
+    changed = dict(ARCH="transformer_lm_rpe_wiki103", TOKENS_PER_SAMPLE=32, BATCH_TOKENS=1024, LR="0.5", WARMUP_UPDATES=5,
+                   RPE_INIT="zero", SEED=2, BPE="sentencepiece", VOCAB=BPE_VOCAB, GPUS=1, PRECISION="fp16")
+    refused = python_here("train.sh", recipe_runs.cwd, recipe_runs.wt103, stand_in_python, **dict(RESUME_KNOBS, **changed))
+    assert refused.returncode == 1, refused.output[-3000:]
     assert (f"train.sh: error: {save}/checkpoint_last.pt holds a run with other settings; refusing to resume it with "
             "these: ") in refused.output
-    assert "SEED (--seed): saved 1, now 2" in refused.output
-    assert "LR (--lr): saved [1.0], now [0.5]" in refused.output
-    assert saved_files(save) == before
+    for difference in (f"ARCH (--arch): saved '{URPE}', now 'transformer_lm_rpe_wiki103'",
+                       "TOKENS_PER_SAMPLE (--tokens-per-sample): saved 64, now 32",
+                       "BATCH_TOKENS (--max-tokens x devices x --update-freq): saved 512, now 1024",
+                       "LR (--lr): saved [1.0], now [0.5]", "WARMUP_UPDATES (--warmup-updates): saved 10, now 5",
+                       "LR_PERIOD_UPDATES (--lr-period-updates): saved 30.0, now 35.0",
+                       "RPE_INIT (--rpe-init): saved 'alibi', now 'zero'", "SEED (--seed): saved 1, now 2",
+                       f"BPE/VOCAB (the data-bin folder): saved 'wikitext-103', now 'wikitext-103-spm{BPE_VOCAB}'",
+                       "PRECISION: saved 'fp32', now 'fp16'"):
+        assert difference in refused.output, difference
+    assert saved_files(save) == before and "Loaded checkpoint" not in refused.output
 
 
 @pytest.mark.e2e
@@ -216,23 +229,28 @@ def test_several_nodes_need_a_master_addr_that_is_not_loopback(outside, full_siz
 
 def test_slurm_example_starts_one_train_sh_per_node_with_its_rank_and_node_0_as_master(tmp_path, full_size_data,
                                                                                       stand_in_python):
-    """slurm_train.sbatch under a stand-in srun (its command once per node, SLURM_NODEID set as srun sets it)
-    and scontrol (the allocation's host names): each node's train.sh dry run goes through fairseq's parser."""
+    """slurm_train.sbatch under a stand-in srun (its command once per node, SLURM_NODEID set as srun sets it;
+    its options recorded) and scontrol (the allocation's host names): srun asks for the job's CPUs per task
+    (since Slurm 22.05 it does not take sbatch's by itself), and each node's train.sh dry run goes through
+    fairseq's parser."""
     bin_dir = tmp_path / "slurm-bin"
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text('#!/usr/bin/env bash\n[ "$1 $2" = "show hostnames" ] && printf "gpu17\\ngpu18\\n"\n')
     (bin_dir / "srun").write_text(
-        "#!/usr/bin/env bash\nwhile [[ $1 == --* ]]; do shift; done\n"
+        "#!/usr/bin/env bash\nwhile [[ $1 == --* ]]; do echo \"$1\" >> srun.options; shift; done\n"
         'for ((node = 0; node < SLURM_NNODES; node++)); do\n'
         '  SLURM_NODEID=$node RECORDED_COMMAND=$PWD/node$node.command "$@" > "node$node.out" 2>&1 || exit 1\ndone\n')
     for path in bin_dir.iterdir():
         path.chmod(0o755)
     env = recipe_env(full_size_data, DRY_RUN=1, UPDATE_FREQ=2, URPE_VENV=stand_in_python, SLURM_NNODES=2,
-                     SLURM_JOB_NODELIST="gpu[17-18]", SLURM_GPUS_PER_NODE="h100:8", SLURM_SUBMIT_DIR=REPO)
+                     SLURM_JOB_NODELIST="gpu[17-18]", SLURM_GPUS_PER_NODE="h100:8", SLURM_CPUS_PER_TASK=16,
+                     SLURM_SUBMIT_DIR=REPO)
     env["PATH"] = f"{bin_dir}:{env['PATH']}"
     sbatch = subprocess.run(["bash", str(RECIPES / "slurm_train.sbatch")], cwd=tmp_path, env=env, capture_output=True,
                             text=True, timeout=60)
     assert sbatch.returncode == 0, sbatch.stderr + "".join(p.read_text() for p in tmp_path.glob("node*.out"))
+    assert (tmp_path / "srun.options").read_text().split() == ["--ntasks-per-node=1", "--cpus-per-task=16",
+                                                               "--kill-on-bad-exit=1"]
     for node in (0, 1):
         shell = (tmp_path / f"node{node}.out").read_text()
         for knob in ("NNODES=2", f"NODE_RANK={node}", "MASTER_ADDR=gpu17", "GPUS=8"):
@@ -261,6 +279,71 @@ def test_cutoffs_beyond_the_dictionary_are_refused_before_launch_naming_the_opti
     assert run.returncode == 1
     assert "train.sh: error: --adaptive-softmax-cutoff 20000,60000 does not fit the dictionary of" in run.output
     assert "(32004 symbols)" in run.output and "== command" not in run.output
+
+
+@pytest.mark.parametrize("size", ["", "_tiny", "_wiki103", "_gpt2_small"])
+def test_every_size_gets_adaptive_cutoffs_inside_a_sentencepiece_dictionary_or_is_refused_before_launch(full_dry_run,
+                                                                                                      size):
+    """With BPE=sentencepiece every size of an arch trains with the adaptive softmax that --criterion adaptive_loss
+    needs, cut inside the dictionary; at word level only the _wiki103 size has one (20000,60000), and the others are
+    refused naming the option instead of failing at fairseq's first step."""
+    arch = f"transformer_lm_urpe{size}"
+    args = train_args(full_dry_run(GPUS=8, ARCH=arch, BPE="sentencepiece", VOCAB=32000).check().output)
+    assert args.adaptive_softmax_cutoff == "8001,16002" and args.criterion == "adaptive_loss"
+    words = full_dry_run(GPUS=8, ARCH=arch)
+    if size == "_wiki103":
+        assert train_args(words.check().output).adaptive_softmax_cutoff == "20000,60000"
+    else:
+        assert words.returncode == 1
+        assert (f"train.sh: error: --arch {arch} has no adaptive softmax (no --adaptive-softmax-cutoff), which the "
+                "recipe's --criterion adaptive_loss needs") in words.output
+        assert "== command" not in words.output
+
+
+def test_every_arch_is_given_only_the_position_options_its_kind_reads(full_size_data, capsys):
+    """What launch_training.py adds to each arch of the plugin (every kind, variant and size of the registry) and to
+    fairseq's own: --urpe-attention-impl to the plugin's archs only, and --rpe-* options only where the arch's kind
+    reads them (POSITION_KINDS[kind].reads); eval.sh's fairseq-eval-lm commands carry none."""
+    import argparse
+
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    from fairseq_urpe.models.architectures import ARCHITECTURES
+    from fairseq_urpe.models.position_kinds import POSITION_KINDS
+
+    launch = python_side("launch_training")
+    stock = [a for a in ARCH_MODEL_REGISTRY if a.startswith("transformer_lm") and a not in ARCHITECTURES]
+    assert len(ARCHITECTURES) > 100 and "transformer_lm_wiki103" in stock
+    given = set()
+    for arch in list(ARCHITECTURES) + stock:
+        args = argparse.Namespace(arch=arch)
+        if arch in ARCHITECTURES:
+            ARCHITECTURES[arch](args)  # the arch's defaults, as fairseq-train applies them
+        for rpe_init in ("alibi", "zero"):
+            for impl in ("auto", "dense", "fused"):
+                opts = argparse.Namespace(rpe_init=rpe_init, attention_impl=impl)
+                flags = launch.position_flags(opts, args)
+                names = [f for f in flags if f.startswith("--")]
+                given.update(names)
+                if arch not in ARCHITECTURES:
+                    assert flags == [], (arch, flags)
+                    continue
+                reads = {"--" + option.replace("_", "-") for option in POSITION_KINDS[str(args.rpe_kind)].reads}
+                assert names[0] == "--urpe-attention-impl" and flags[1] == impl, (arch, flags)
+                assert set(names[1:]) <= reads, (arch, args.rpe_kind, flags)
+                assert ("--rpe-init" in names) == ("--rpe-init" in reads), (arch, flags)
+    assert given == {"--urpe-attention-impl", "--rpe-init"}
+    capsys.readouterr()
+
+    table = python_side("eval_lm_table")
+    options = table.parse_options(["--arch", URPE, "--rpe-init", "zero", "--precision", "fp16", "--bpe", "none",
+                                   "--wt103-dir", str(full_size_data), "--data", "data", "--log-dir", "logs", "--seed", "1",
+                                   "--tokens-per-sample", "3072", "--vocab", "32000", "--checkpoint", "model.pt"])
+    options.words = {}
+    sizes = {split: np.array([10, 700, 30]) for split in options.splits}
+    for row in table.make_rows(options, 3072, 3072, True, sizes):
+        argv = table.eval_lm_argv(options, row, row["max_tokens"])
+        assert not [a for a in argv if a.startswith(("--rpe-", "--urpe-"))], argv
 
 
 def test_fused_attention_reaches_the_plugins_archs_only_and_is_refused_on_cpu(full_dry_run, outside, full_size_data):
