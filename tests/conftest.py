@@ -12,12 +12,16 @@ Tests marked ``slow`` (over half a CPU-minute each, with the runs they start) ar
 are defined, every test that reads a run of ``SLOW_FIXTURES`` (the WikiText-103 recipes' trainings, one
 training per position kind through the CLIs).
 
-Groups are handed out in the order of the collection, which is sorted here longest first (``SECONDS``,
-CPU seconds measured on a 2-core machine; groups not listed last): a long group started last would keep
-one process busy while the other has nothing left to do.
+Groups are handed out in the order of the collection, which is sorted here longest first by the seconds in
+``tests/group_seconds.json`` (a long group started last would keep one process busy while the other has
+nothing left to do; groups not listed go last). The suite writes that file itself:
+``URPE_WRITE_GROUP_SECONDS=1 bash scripts/test.sh`` records the seconds of each group it ran (setup, call and teardown
+of its tests, as pytest reports them) at the end of the run, keeping the other groups' figures.
 """
 
+import json
 import os
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -28,24 +32,29 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 SHARED_SESSION_FOLDERS = ("cli", "recipes")
 PER_TEST_GROUPS = ("kernels/test_gpu_compile.py",)
-SECONDS = {
-    "cli": 370, "recipes": 275, "kernels/test_gpu_compile.py::test_kernels_compile_without_register_spills[sm_90]": 85,
-    "experiments/test_language_modeling.py": 100, "models/test_position_family.py": 85,
-    "kernels/test_dispatch.py": 75, "kernels/test_self_check.py": 75, "kernels/test_gpu_check_script.py": 45,
-    "kernels/test_fused_urpe_attention.py": 45, "kernels/test_gpu_compile.py::test_kernels_compile_without_register_spills[sm_80]": 40,
-    "kernels/test_far_tiles.py": 35, "kernels/test_kernel_memory_bounds.py": 30,
-}
 SLOW_FIXTURES = ("recipe_runs", "family_runs")
 TESTS = Path(__file__).resolve().parent
+GROUP_SECONDS = TESTS / "group_seconds.json"
+WRITE_GROUP_SECONDS = os.environ.get("URPE_WRITE_GROUP_SECONDS") == "1"
+_measured = defaultdict(float)  # group -> seconds of its tests in this run
 
 
-def xdist_group(item) -> str:
-    path = Path(str(item.fspath)).resolve().relative_to(TESTS)
+def recorded_seconds() -> dict:
+    return json.loads(GROUP_SECONDS.read_text()) if GROUP_SECONDS.exists() else {}
+
+
+def group_of(relative_path: str, name: str) -> str:
+    """The xdist group of test ``name`` in ``relative_path`` (relative to tests/)."""
+    path = Path(relative_path)
     if path.parts[0] in SHARED_SESSION_FOLDERS:
         return path.parts[0]
     if path.as_posix() in PER_TEST_GROUPS:
-        return f"{path.as_posix()}::{item.name}"
+        return f"{path.as_posix()}::{name}"
     return path.as_posix()
+
+
+def xdist_group(item) -> str:
+    return group_of(Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix(), item.name)
 
 
 def pytest_itemcollected(item):
@@ -57,4 +66,19 @@ def pytest_itemcollected(item):
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Longest groups first (a stable sort: the collection's order within a group and among the rest)."""
-    items.sort(key=lambda item: -SECONDS.get(xdist_group(item), 0))
+    seconds = recorded_seconds()
+    items.sort(key=lambda item: -seconds.get(xdist_group(item), 0))
+
+
+def pytest_runtest_logreport(report):
+    """Adds up each group's seconds (on the controlling process, which sees every worker's reports)."""
+    if WRITE_GROUP_SECONDS:
+        path, _, name = report.nodeid.partition("::")
+        if path.startswith("tests/"):
+            _measured[group_of(path[len("tests/"):], name.split("@")[0])] += report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if WRITE_GROUP_SECONDS and not hasattr(session.config, "workerinput") and _measured:
+        seconds = dict(recorded_seconds(), **{group: round(value) for group, value in _measured.items()})
+        GROUP_SECONDS.write_text(json.dumps(dict(sorted(seconds.items(), key=lambda kv: -kv[1])), indent=1) + "\n")
