@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Wang & E's experiments (docs/expressiveness.md, section 2): Appendix H's tables 3-6, 8, 9 at the paper's sizes,
+# Wang & E's experiments (docs/expressiveness/wang_e_*.md): Appendix H's tables 3-6, 8, 9 at the paper's sizes,
 # Proposition 4.2 with and without QK^T, and the memory claims (best fits to T = 1024, trained adaptive, nested
 # and sum-vs-max memories). Plain PyTorch; each writes <name>.{md,json} and a runs file into OUT, and a rerun
 # trains only what is missing there.

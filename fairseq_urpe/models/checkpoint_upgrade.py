@@ -1,11 +1,11 @@
 """Reading checkpoints of the per-layer layout: a one-way upgrade, run by fairseq's ``upgrade_state_dict_named``.
 
 Shared ``b``/``c`` are stored once, where they live: ``decoder.position_bias.weight`` (``encoder.`` for
-the encoder). Checkpoints written before (up to commit 4bfcdfd) list them under every layer's
-``self_attn`` as equal copies, ``decoder.layers.<i>.self_attn.position_bias.weight``. fairseq calls
+the encoder). Checkpoints of the per-layer layout list them under every layer's ``self_attn`` as equal
+copies, ``decoder.layers.<i>.self_attn.position_bias.weight``. fairseq calls
 ``upgrade_state_dict_named`` on every module of a model before loading a state dict into it (checkpoint
 loading, ``fairseq-train --restore-file``, the hub, ``--store-ema``'s averaged copy); the encoder and
-decoder call :func:`upgrade_per_layer_layout` there. Nothing else in the model knows about old layouts.
+decoder call :func:`upgrade_per_layer_layout` there. Nothing else in the model knows about the per-layer layout.
 
 Optimizer states are stored by parameter order, and that layout listed the shared parameters inside layer
 0's attention, where the current order does not: resuming such a checkpoint with its optimizer state
@@ -22,8 +22,8 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 OLD_LAYOUT_OPTIMIZER = (
-    "this run resumes a checkpoint that stores the shared position tables under every layer (written "
-    "before they were stored once); its optimizer state is in that layout's parameter order, which this "
+    "this run resumes a checkpoint that stores the shared position tables under every layer (the per-layer "
+    "layout); its optimizer state is in that layout's parameter order, which this "
     "code does not have. Resume with --reset-optimizer: the model's weights load as they are and the "
     "optimizer starts afresh"
 )

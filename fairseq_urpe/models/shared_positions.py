@@ -5,7 +5,7 @@ before its layers (:func:`~.position_kinds.build_position_modules`), owns them (
 ``--ddp-backend fully_sharded``, which wraps each layer on its own, can still shard them), stores them
 once (``decoder.position_bias.weight``) and passes them to each layer as fairseq's Linformer plugin
 passes its shared compression layer. With ``--rpe-per-layer`` each layer's attention builds and owns its
-own. Checkpoints of the earlier per-layer layout are upgraded on load (:mod:`.checkpoint_upgrade`).
+own. Checkpoints of the per-layer layout are upgraded on load (:mod:`.checkpoint_upgrade`).
 
 fairscale's FullyShardedDataParallel needs CUDA; on CPU, where fairseq would fail deep inside fairscale
 (for its own models too), building refuses ``--ddp-backend fully_sharded`` by name.
@@ -76,7 +76,7 @@ class SharedPositionsMixin:
         return nullcontext() if self.shared_positions is None else self.shared_positions.one_forward()
 
     def upgrade_state_dict_named(self, state_dict, name):
-        """fairseq's hook before loading: the per-layer copies of old checkpoints become the one entry."""
+        """fairseq's hook before loading: the copies of a per-layer-layout checkpoint become the one entry."""
         state_dict = super().upgrade_state_dict_named(state_dict, name) or state_dict
         if self.shared_positions is not None:
             upgrade_per_layer_layout(state_dict, f"{name}." if name else "", [s for s, _ in self.shared_positions.items()])

@@ -7,7 +7,8 @@ identical at every position, however deep, and cannot tell positions apart (on s
 most 1/n right). URPE multiplies ``A`` by the Toeplitz ``C``; row ``i`` of ``A ⊙ C`` sums to
 ``sum_j A_ij c(i - j)``, which changes with ``i`` near the ends of the sequence once ``c`` is not constant,
 so URPE's output can depend on the position. The same holds for the causal LM, whose rows are
-stochastic over the visible keys. docs/expressiveness.md cites this as the mechanism behind the ETP/PI gap.
+stochastic over the visible keys. docs/expressiveness/urpe_position_tasks.md cites this as the mechanism
+behind the ETP/PI gap.
 """
 
 import pytest

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The investigation of docs/language_modeling.md ("why do relative models learn more slowly?"): short runs
+# The runs of docs/language_modeling/learning_speed.md ("why do relative models learn more slowly?"): short runs
 # of the sweep's model and recipe (Brown, vocab 16000, L 128, 2 layers, width 64, lr 0.003, warm-up 200),
 # 300 updates, validating every 50, with one change each (probes/ patches the starts and learning rates;
 # see its docstring). Then collect.py writes OUT/investigation.{json,md,png}.
@@ -13,7 +13,7 @@ HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../../.." && pwd); cd "$RE
 OUT=$(realpath -m "${OUT:-benchmark-out/lm-investigation}") JOBS=${JOBS:-2} RUNS=${RUNS:-} CORPUS_DIR=${CORPUS_DIR:-}
 for knob in OUT RUNS JOBS CORPUS_DIR; do printf '%s=%s\n' "$knob" "${!knob}"; done
 VENV=$(bash scripts/env.sh)
-# name | environment | arch and flags | seed   (the runs of docs/language_modeling.md, in its order; 3 seeds each)
+# name | environment | arch and flags | seed   (learning_speed.md's runs, in its order; 3 seeds each)
 TABLE="
 stock                    |                       | transformer_lm                                   | 1
 stock-s2                 |                       | transformer_lm                                   | 2
