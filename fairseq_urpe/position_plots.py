@@ -35,7 +35,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--out", required=True, help="folder for the PNG files (created if missing)")
     parser.add_argument("--sentence", default=DEFAULT_SENTENCE, help="input for the attention maps (tokenized text)")
     parser.add_argument("--data", help="folder holding the model's dict.txt")
-    parser.add_argument("--max-distance", type=int, help="largest distance k to plot (default: --tokens-per-sample)")
+    parser.add_argument("--max-distance", type=int,
+                        help="largest distance k to plot (default: the longest it was trained on, --tokens-per-sample - 1)")
     parser.add_argument("--dpi", type=int, default=110)
     return parser.parse_args(argv)
 
@@ -166,6 +167,21 @@ def plot_attention(before, after, words: List[str], layer: int, path: Path, dpi:
     plt.close(fig)
 
 
+def plotted_distance(asked: Optional[int], cfg) -> int:
+    """The largest distance to plot: ``asked`` (``--max-distance``), else the longest the model was trained
+    on (``tokens_per_sample - 1``); ``SystemExit`` naming ``--max-distance`` where the model refuses it."""
+    trained = int(cfg.task.tokens_per_sample) - 1
+    distance = trained if asked is None else asked
+    if distance <= 0:
+        raise SystemExit(f"error: --max-distance must be a positive integer, got {distance}")
+    model = cfg.model
+    if (getattr(model, "urpe_toeplitz", None) == "unique" and getattr(model, "urpe_beyond_max", None) == "error"
+            and distance > model.urpe_max_distance):
+        raise SystemExit(f"error: --max-distance must be at most {model.urpe_max_distance} for this model: its "
+                         f"per-distance C ends there and refuses farther distances; got {distance}")
+    return distance
+
+
 def write_plots(argv: Optional[List[str]] = None) -> List[Path]:
     """Parse ``argv``, write the plots, return their paths."""
     args = parse_args(argv)
@@ -175,9 +191,7 @@ def write_plots(argv: Optional[List[str]] = None) -> List[Path]:
     logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's root logger would show its debug lines
     checkpoint = Path(args.checkpoint)
     model, cfg, task = load(checkpoint, args.data)
-    max_distance = args.max_distance if args.max_distance is not None else int(cfg.task.tokens_per_sample)
-    if max_distance <= 0:
-        raise SystemExit(f"error: --max-distance must be a positive integer, got {max_distance}")
+    max_distance = plotted_distance(args.max_distance, cfg)
     words = args.sentence.split()
     if not words:
         raise SystemExit("error: --sentence is empty")
@@ -189,7 +203,11 @@ def write_plots(argv: Optional[List[str]] = None) -> List[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "positions.png"]
     plot_positions(model, max_distance, written[0], args.dpi)
-    for layer, (before, after) in enumerate(attention_maps(model, torch.tensor([ids]))):
+    try:
+        maps = attention_maps(model, torch.tensor([ids]))
+    except ValueError as error:  # a C that refuses distances past its table (--urpe-beyond-max error)
+        raise SystemExit(f"error: --sentence of {len(ids)} tokens (with the leading </s>) is too long for this model: {error}")
+    for layer, (before, after) in enumerate(maps):
         written.append(out / f"attention_layer{layer}.png")
         plot_attention(before, after, shown, layer, written[-1], args.dpi)
     return written

@@ -4,9 +4,10 @@
 # leaves them out unless asked: `bash scripts/test.sh -m "not e2e"` (no fairseq tools run), `-m ""` (all).
 #   TRITON_CACHE_DIR  Triton's compile cache (default: a fresh empty directory, removed at the end, so a
 #                     run proves what a fresh machine does; set it to reuse a cache between runs)
-#   SECOND_TRITON     on a full run (no extra arguments), the tests of the kernel itself (marker
-#                     every_triton: its arithmetic, random numbers and memory bounds under the interpreter,
-#                     the sm_80/86/90 compile check, the version check) run again under this triton, in an
+#   SECOND_TRITON     on a full run (no extra arguments), the tests that depend on triton's version (marker
+#                     every_triton: the sm_80/86/90 compile check, the version check, the real self-check,
+#                     and one interpreter parity test per compiled variant: dtypes, one table, far tiles,
+#                     dropout and its random numbers, address arithmetic) run again under this triton, in an
 #                     overlay environment $SECOND_VENV holding only it over .venv's packages, in one more
 #                     process beside the main run (default: triton==3.7.1, the one torch 2.13.0's CUDA
 #                     build pins; empty: skip)
@@ -16,7 +17,7 @@
 #                     (their session fixtures), the longest first (tests/conftest.py); one torch thread per
 #                     process unless OMP_NUM_THREADS says otherwise.
 set -euo pipefail
-if [ "${1:-}" = "--help" ]; then sed -n '2,17p' "$0"; exit 0; fi
+if [ "${1:-}" = "--help" ]; then sed -n '2,18p' "$0"; exit 0; fi
 cd "$(dirname "$0")/.."
 VENV=$(bash scripts/env.sh)
 SECOND_TRITON=${SECOND_TRITON-triton==3.7.1}
@@ -49,7 +50,7 @@ if ! "$SECOND_VENV/bin/python" -c "import sys, triton; sys.exit(triton.__version
   own=$("$SECOND_VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
   echo "import site; site.addsitedir('$(realpath "$base")')" > "$own/zz_urpe_base_venv.pth"
 fi
-# The kernel's own tests under the second triton, in the background with a cache of their own (empty: nothing
+# The version-dependent tests under the second triton, in the background with a cache of their own (empty: nothing
 # compiled by the main run), their output shown after the main run's.
 second_dir=$(mktemp -d -t urpe-second-triton.XXXXXX)
 remove+=("$second_dir")
@@ -63,7 +64,7 @@ main_status=0
 second_status=0
 wait "$second" || second_status=$?
 second=""
-echo "== the kernel's own tests (marker every_triton) under $second_version, run beside the above:" >&2
+echo "== the tests that depend on triton's version (marker every_triton) under $second_version, run beside the above:" >&2
 cat "$second_log"
 [ "$main_status" = 0 ] || exit "$main_status"
 exit "$second_status"

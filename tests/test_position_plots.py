@@ -67,3 +67,30 @@ def test_rpe_model_has_no_after_map_and_plots_say_so(tmp_path):
 def test_bad_input_names_the_argument(tmp_path, argv, message):
     with pytest.raises(SystemExit, match=message):
         urpe_inspect.write_plots(argv + ["--out", str(tmp_path)])
+
+
+def checkpoint_with(tmp_path, **model_options):
+    """``urpe_unique.pt`` (trained at --tokens-per-sample 8, unique C up to distance 7) with its stored
+    options changed, written under ``tmp_path``."""
+    state = torch.load(LEGACY / "urpe_unique.pt", weights_only=False)
+    state["cfg"]["model"].update(model_options)
+    path = tmp_path / "checkpoint.pt"
+    torch.save(state, path)
+    return path
+
+
+def test_the_plotted_distances_default_to_the_longest_the_model_was_trained_on(tmp_path):
+    _, cfg, _ = urpe_inspect.load(LEGACY / "urpe_unique.pt", str(LEGACY))
+    assert urpe_inspect.plotted_distance(None, cfg) == int(cfg.task.tokens_per_sample) - 1 == 7
+    assert urpe_inspect.plotted_distance(40, cfg) == 40  # clamp: farther distances reuse the last entry
+
+
+def test_a_c_that_refuses_farther_distances_plots_by_default_and_names_max_distance_past_it(tmp_path):
+    checkpoint = checkpoint_with(tmp_path, urpe_beyond_max="error")
+    written = urpe_inspect.write_plots([str(checkpoint), "--out", str(tmp_path / "plots"), "--data", str(LEGACY),
+                                        "--sentence", "the said of"])
+    assert [p.name for p in written] == ["positions.png", "attention_layer0.png", "attention_layer1.png"]
+    with pytest.raises(SystemExit, match="--max-distance must be at most 7 for this model: .*got 8"):
+        urpe_inspect.write_plots([str(checkpoint), "--out", str(tmp_path), "--data", str(LEGACY), "--max-distance", "8"])
+    with pytest.raises(SystemExit, match=r"--sentence of 16 tokens \(with the leading </s>\) is too long for this model"):
+        urpe_inspect.write_plots([str(checkpoint), "--out", str(tmp_path), "--data", str(LEGACY)])

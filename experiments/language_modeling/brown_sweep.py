@@ -1,6 +1,6 @@
 """Does URPE lower a language model's perplexity? Stock (and stock without positions, NoPE), T5-RPE, ALiBi
 and log, each with URPE's C none / bucketed / unique (and T5-RPE with its b started flat, ``--rpe-init zero``,
-with and without C), several seeds, on the Brown corpus, through fairseq-train and fairseq-eval-lm.
+with and without C), KERPLE(log) with and without C, several seeds, on the Brown corpus, through fairseq-train and fairseq-eval-lm.
 
     python -m experiments.language_modeling.brown_sweep --out DIR [options]   # (run_brown.sh sets the knobs)
 
@@ -42,6 +42,8 @@ CONFIGS = {
     "log": ("transformer_lm_log", []),
     "log+C bucketed": ("transformer_lm_urpe_log", []),
     "log+C unique": ("transformer_lm_urpe_log", ["--urpe-toeplitz", "unique"]),
+    "kerple": ("transformer_lm_kerple", []),
+    "kerple+C bucketed": ("transformer_lm_urpe_kerple", []),
 }
 PRESETS = {
     # the sweep of docs/language_modeling.md: the demo's model on the whole corpus
@@ -339,7 +341,7 @@ def plot(summary, runs, a):
     ax.set_ylabel("test perplexity")
     ax.set_title(f"Brown test perplexity, mean ± std over up to {len(a.seeds)} seeds")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: 13 configs
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: one entry per config
     fig.tight_layout()
     fig.savefig(a.out / "extrapolation.png", dpi=110)
     plt.close(fig)
@@ -392,7 +394,8 @@ def reuse(a, parser):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
-    p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated config names (default: all)")
+    p.add_argument("--configs", default=",".join(CONFIGS),
+                   help=f"comma-separated config names, of: {', '.join(CONFIGS)} (default: all)")
     p.add_argument("--seeds", default="1 2 3")
     p.add_argument("--factors", default="1 2 4", help="evaluation lengths as multiples of L")
     for name in ("vocab", "layers", "embed", "ffn", "heads", "tokens", "max_tokens", "warmup", "max_update",

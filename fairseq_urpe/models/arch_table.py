@@ -12,7 +12,7 @@ import sys
 from typing import List
 
 from .architectures import ARCHITECTURES, SIZES, preset, variants
-from .position_kinds import POSITION_KINDS, SCORES, AttentionShape
+from .position_kinds import POSITION_KINDS, SCORES, TOEPLITZ_READS, AttentionShape
 from .relative_position_config import RelativePositionConfig
 from .relative_encoder import ENCODER_ARCHITECTURES, ENCODER_SIZES, ENCODER_VARIANTS
 
@@ -41,6 +41,13 @@ def kinds_table() -> List[str]:
         reads = ", ".join(f"`{flag(o)}`" for o in kind.reads) or "none"
         rows.append(f"| `{name}` | {acts_on if kind.module else 'nothing'} | {cell(kind.description)} | {reads} | "
                     f"{position_parameters(name):,} |")
+    return rows
+
+
+def toeplitz_table() -> List[str]:
+    rows = ["| `--urpe-toeplitz` | options its `C` reads |", "|---|---|"]
+    for value, reads in TOEPLITZ_READS.items():
+        rows.append(f"| `{value}` | " + (", ".join(f"`{flag(o)}`" for o in reads) or "none (no `C`: RPE)") + " |")
     return rows
 
 
@@ -92,6 +99,11 @@ def render() -> str:
         "## Position kinds",
         "",
         *kinds_table(),
+        "",
+        "A model reads the options of its kind and of its `C`; a value given to any other position option "
+        "stops the build with an error that names the option and the kind.",
+        "",
+        *toeplitz_table(),
         "",
         "## Variants",
         "",

@@ -8,11 +8,15 @@ scores, or ``rotation(positions, dtype) -> (cos, sin)`` for q and k) and one ent
 the package (a plugin, a test), one call of :func:`register_kind`.
 
 This is the config layer: errors here name the command-line option; the modules' own errors do not.
+Each option is read by the kinds whose ``reads`` name it and by URPE's ``C`` of the ``--urpe-toeplitz``
+values that :data:`TOEPLITZ_READS` gives it; :func:`check_position_options` refuses a value given to an
+option that neither the model's kind nor its ``C`` reads.
 """
 
+import dataclasses
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Callable, Dict, Optional, Tuple, Type
+from typing import Callable, Dict, Mapping, Optional, Tuple, Type
 
 from torch import nn
 
@@ -23,6 +27,15 @@ SCORES, QUERIES_KEYS = "position_bias", "rotary"  # the PositionModules slots a 
 # What the modules' errors call their arguments: the options that set them.
 BIAS_OPTIONS = {"num_buckets": "--rpe-num-buckets", "max_distance": "--rpe-max-distance", "start": "--rpe-init"}
 TOEPLITZ_OPTIONS = {"parameterisation": "--urpe-toeplitz", "beyond_max": "--urpe-beyond-max"}
+# What URPE's C reads, per --urpe-toeplitz (none: no C): the options ToeplitzReweighting is built from.
+TOEPLITZ_READS = {"none": (), "bucketed": ("rpe_num_buckets", "rpe_max_distance"),
+                  "unique": ("urpe_max_distance", "urpe_beyond_max")}
+# The options' defaults (:class:`RelativePositionConfig`'s; ``None``: not given), against which "given" is judged.
+OPTION_DEFAULTS = {"rpe_slopes": None, "rpe_init": "alibi", "rpe_num_buckets": 32, "rpe_max_distance": 128,
+                   "urpe_toeplitz": "bucketed", "urpe_max_distance": None, "urpe_beyond_max": "clamp"}
+# What an option sets, for the error where nothing reads it ("--rpe-kind alibi has no slopes").
+WHAT_IT_SETS = {"rpe_slopes": "slopes", "rpe_num_buckets": "buckets", "rpe_max_distance": "bucketed or per-distance table",
+                "rpe_init": "learned bias to start", "urpe_max_distance": "per-distance C", "urpe_beyond_max": "per-distance C"}
 
 
 @dataclass(frozen=True)
@@ -39,8 +52,10 @@ class PositionKind:
     """One ``--rpe-kind``.
 
     module: the class it builds (``None``: no position term); reads: the options (config field names) its
-    module is built from; arguments: ``(shape, options) -> `` the module's constructor arguments, where
-    ``options`` holds exactly the ``reads`` (``rpe_slopes`` resolved to ``slopes`` when not given);
+    module is built from (a value given to any other position option is refused); arguments:
+    ``(shape, options) -> `` the module's constructor arguments, where ``options`` holds the ``reads``
+    (``rpe_slopes`` resolved to ``slopes`` when not given) and ``names``, what the module's errors call
+    its arguments (:func:`option_names`);
     description: one line for ``--help`` and the README; acts_on: the slot it fills, ``position_bias``
     (a bias ``b(i - j)`` added to the scores) or ``rotary`` (q and k rotated by position); arch: the archs'
     name part (``transformer_lm_<arch>``, URPE ``transformer_lm_urpe_<arch>``; default: the kind's name);
@@ -61,7 +76,7 @@ class PositionKind:
     def build(self, shape: AttentionShape, cfg) -> Optional[nn.Module]:
         if self.module is None:
             return None
-        options = SimpleNamespace(**{name: getattr(cfg, name, None) for name in self.reads})
+        options = SimpleNamespace(**{name: getattr(cfg, name, None) for name in self.reads}, names=option_names(cfg))
         if "rpe_slopes" in self.reads:
             options.rpe_slopes = str(options.rpe_slopes or self.slopes)
         return self.module(*self.arguments(shape, options))
@@ -74,7 +89,7 @@ class PositionKind:
 POSITION_KINDS: Dict[str, PositionKind] = {
     "t5": PositionKind(
         T5RelativeBias,
-        lambda s, o: (s.num_heads, o.rpe_num_buckets, o.rpe_max_distance, s.bidirectional, str(o.rpe_init), BIAS_OPTIONS),
+        lambda s, o: (s.num_heads, o.rpe_num_buckets, o.rpe_max_distance, s.bidirectional, str(o.rpe_init), o.names),
         "b_h(k) = w_h[bucket(k)], a learned scalar per head and T5 bucket: N/2 exact distances, then log-spaced "
         "up to --rpe-max-distance, farther ones sharing the last (Raffel et al.)",
         reads=("rpe_num_buckets", "rpe_max_distance", "rpe_init"), arch="rpe"),
@@ -87,7 +102,7 @@ POSITION_KINDS: Dict[str, PositionKind] = {
         "b_h(k) = -m_h log(1 + |k|), m_h > 0 starting at 8x ALiBi's slopes (Wang & E's log-RPE)",
         reads=("rpe_slopes",), slopes="learned"),
     "learned": PositionKind(
-        LearnedDistanceBias, lambda s, o: (s.num_heads, o.rpe_max_distance, s.bidirectional, str(o.rpe_init), BIAS_OPTIONS),
+        LearnedDistanceBias, lambda s, o: (s.num_heads, o.rpe_max_distance, s.bidirectional, str(o.rpe_init), o.names),
         "b_h(k) = w_h[min(|k|, D)], a learned scalar per head and distance up to D = --rpe-max-distance (Shaw et al.)",
         reads=("rpe_max_distance", "rpe_init")),
     "rope": PositionKind(
@@ -122,35 +137,118 @@ def kinds_with_slopes() -> Tuple[str, ...]:
     return tuple(name for name, kind in POSITION_KINDS.items() if "rpe_slopes" in kind.reads)
 
 
-def build_position_modules(cfg, num_heads: int, embed_dim: int, bidirectional: bool) -> PositionModules:
-    """``--rpe-kind``'s module (in the slot it acts on) and URPE's ``c`` for attention of ``num_heads``
-    heads over ``embed_dim``; raises ``ValueError`` naming the option on impossible combinations."""
+def position_options() -> Tuple[str, ...]:
+    """Every option (config field name) that some kind or URPE's C reads, in the registry's order."""
+    reads = [o for kind in POSITION_KINDS.values() for o in kind.reads] + [o for r in TOEPLITZ_READS.values() for o in r]
+    return tuple(dict.fromkeys(reads))
+
+
+def readers(option: str) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
+    """``(kinds, toeplitz values)`` that read ``option``."""
+    return (tuple(name for name, kind in POSITION_KINDS.items() if option in kind.reads),
+            tuple(value for value, reads in TOEPLITZ_READS.items() if option in reads))
+
+
+def flag(option: str) -> str:
+    return "--" + option.replace("_", "-")
+
+
+def position_kind(cfg) -> PositionKind:
+    """``cfg``'s ``--rpe-kind`` from the registry; ``ValueError`` naming the option if it is not there."""
     name = str(cfg.rpe_kind)
     if name not in POSITION_KINDS:
         raise ValueError(f"--rpe-kind must be one of {', '.join(POSITION_KINDS)}; got {name!r}")
-    kind = POSITION_KINDS[name]
-    if getattr(cfg, "rpe_slopes", None) is not None and "rpe_slopes" not in kind.reads:
-        raise ValueError(f"--rpe-slopes applies to --rpe-kind {' or '.join(kinds_with_slopes())}; "
-                         f"--rpe-kind {name} has no slopes")
+    return POSITION_KINDS[name]
+
+
+def check_position_options(cfg, defaults: Mapping[str, object], longest_distance: int, longest_name: str) -> None:
+    """At model build, before any module: raise ``ValueError`` naming the option and the kind (or ``C``)
+    where ``cfg`` gives a position option a value other than its default (``defaults``: the model's config
+    dataclass's) that neither its ``--rpe-kind`` nor its ``--urpe-toeplitz`` reads. ``longest_distance``: the inputs' longest
+    distance (``longest_name``, e.g. ``--tokens-per-sample - 1``), the default of ``--urpe-max-distance``,
+    which a model built before stores as if given."""
+    name, kind, toeplitz = str(cfg.rpe_kind), position_kind(cfg), str(cfg.urpe_toeplitz)
+    if toeplitz not in TOEPLITZ_READS:
+        raise ValueError(f"--urpe-toeplitz must be one of {', '.join(TOEPLITZ_READS)}; got {toeplitz!r}")
+    for option in position_options():
+        value = getattr(cfg, option, None)
+        if option in kind.reads or option in TOEPLITZ_READS[toeplitz] or not given(cfg, option, defaults):
+            continue
+        if option == "urpe_max_distance" and value == longest_distance:
+            continue
+        kinds, values = readers(option)
+        readers_text = ", and to ".join(
+            ([f"--rpe-kind {' or '.join(kinds)}"] if kinds else []) + ([f"--urpe-toeplitz {' or '.join(values)}"] if values else []))
+        subject = " with ".join(([f"--rpe-kind {name}"] if kinds else []) + ([f"--urpe-toeplitz {toeplitz}"] if values else []))
+        raise ValueError(f"{flag(option)} applies to {readers_text}; {subject} has no "
+                         f"{WHAT_IT_SETS.get(option, 'use for it')} (got {flag(option)} {value})")
+    if toeplitz == "unique" and getattr(cfg, "urpe_max_distance", None) is None and longest_distance <= 0:
+        raise ValueError(f"--urpe-toeplitz unique keeps a c per distance up to {longest_name} = {longest_distance}, "
+                         f"which must be positive")
+
+
+def resolve_position_options(cfg, defaults: Mapping[str, object], longest_distance: int, longest_name: str) -> None:
+    """What a model's ``build_model`` does first: :func:`check_position_options`, then ``--urpe-max-distance``
+    defaults to ``longest_distance``."""
+    check_position_options(cfg, defaults, longest_distance, longest_name)
+    if getattr(cfg, "urpe_max_distance", None) is None:
+        cfg.urpe_max_distance = longest_distance
+
+
+def given(cfg, option: str, defaults: Mapping[str, object] = OPTION_DEFAULTS) -> bool:
+    """Whether ``cfg`` sets ``option`` to other than its default (what an error may name)."""
+    value = getattr(cfg, option, None)
+    return value is not None and str(value) != str(defaults.get(option))
+
+
+def option_names(cfg) -> Dict[str, Optional[str]]:
+    """What the modules' errors call their arguments for ``cfg``: the options, or ``None`` for one at its
+    default (an error then gives the value, not an option the user never gave)."""
+    names = {**BIAS_OPTIONS, **TOEPLITZ_OPTIONS}
+    names["num_buckets"] = names["num_buckets"] if given(cfg, "rpe_num_buckets") else None
+    names["max_distance"] = names["max_distance"] if given(cfg, "rpe_max_distance") else None
+    return names
+
+
+def built(component: str, make: Callable[[], Optional[nn.Module]]) -> Optional[nn.Module]:
+    """``make()``, its ``ValueError`` led by the ``component`` it builds (``--rpe-kind t5``, URPE's ``C``)."""
+    try:
+        return make()
+    except ValueError as error:
+        raise ValueError(f"{component}: {error}") from error
+
+
+def build_position_modules(cfg, num_heads: int, embed_dim: int, bidirectional: bool) -> PositionModules:
+    """``--rpe-kind``'s module (in the slot it acts on) and URPE's ``c`` for attention of ``num_heads``
+    heads over ``embed_dim``; raises ``ValueError`` naming the option on impossible combinations."""
+    name, kind = str(cfg.rpe_kind), position_kind(cfg)
     if cfg.dot_product_free and not kind.dot_product_free:
         raise ValueError(f"--rpe-kind {name} acts on q and k, which --dot-product-free removes; "
                          f"choose another --rpe-kind or drop --dot-product-free")
     if kind.acts_on == QUERIES_KEYS and (embed_dim // num_heads) % 2:
         raise ValueError(f"--rpe-kind {name} pairs the head's dimensions: the head dim (embed dim / heads) must be "
                          f"even, got {embed_dim // num_heads}")
-    module = kind.build(AttentionShape(num_heads, embed_dim // num_heads, bidirectional), cfg)
-    return PositionModules(**{kind.acts_on: module}, toeplitz=build_toeplitz(cfg, num_heads, bidirectional))
+    module = built(f"--rpe-kind {name}", lambda: kind.build(AttentionShape(num_heads, embed_dim // num_heads, bidirectional), cfg))
+    toeplitz = built(f"URPE's {cfg.urpe_toeplitz} C (--urpe-toeplitz {cfg.urpe_toeplitz})",
+                     lambda: build_toeplitz(cfg, num_heads, bidirectional))
+    return PositionModules(**{kind.acts_on: module}, toeplitz=toeplitz)
 
 
 def build_toeplitz(cfg, num_heads: int, bidirectional: bool) -> Optional[ToeplitzReweighting]:
     """URPE's ``c`` of ``--urpe-toeplitz`` (``None`` for 'none', i.e. RPE)."""
     if cfg.urpe_toeplitz == "none":
         return None
+    names = option_names(cfg)
     if cfg.urpe_toeplitz == "bucketed":
         return ToeplitzReweighting(num_heads, "bucketed", cfg.rpe_num_buckets, cfg.rpe_max_distance, bidirectional,
-                                   names={**TOEPLITZ_OPTIONS, **BIAS_OPTIONS})
+                                   names=names)
     if cfg.urpe_max_distance is None:
         raise ValueError("--urpe-toeplitz unique needs --urpe-max-distance (or --tokens-per-sample)")
     return ToeplitzReweighting(num_heads, str(cfg.urpe_toeplitz), max_distance=cfg.urpe_max_distance,
                                bidirectional=bidirectional, beyond_max=str(cfg.urpe_beyond_max),
-                               names={**TOEPLITZ_OPTIONS, "max_distance": "--urpe-max-distance"})
+                               names={**names, "max_distance": "--urpe-max-distance"})
+
+
+def config_defaults(config) -> Dict[str, object]:
+    """A config dataclass's field defaults, for :func:`check_position_options`."""
+    return {f.name: f.default for f in dataclasses.fields(config)}

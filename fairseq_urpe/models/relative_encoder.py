@@ -21,6 +21,7 @@ from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from fairseq.utils import get_available_activation_fns, safe_getattr
 
 from ..modules import LearnedDistanceBias, RelativeMultiheadAttention
+from .position_kinds import config_defaults, resolve_position_options
 from .relative_position_config import INIT_CHOICES, RelativePositionConfig, RelativeTransformerConfig
 from .shared_positions import SharedPositionsMixin, relative_self_attention, wrap_layer
 
@@ -117,8 +118,9 @@ class RelativeEncoderModel(FairseqEncoderModel):
     @classmethod
     def build_model(cls, args, task):
         length = task.max_positions() if isinstance(task.max_positions(), int) else None
-        if safe_getattr(args, "urpe_max_distance", None) is None:
-            args.urpe_max_distance = (length or safe_getattr(args, "max_source_positions", 1024)) - 1
+        longest = (length or safe_getattr(args, "max_source_positions", 1024)) - 1
+        longest_name = "--tokens-per-sample - 1" if length else "--max-source-positions - 1"
+        resolve_position_options(args, config_defaults(RelativeEncoderConfig), longest, longest_name)
         if not safe_getattr(args, "absolute_positions", False):
             args.no_token_positional_embeddings = True
         elif length is not None:

@@ -6,7 +6,7 @@ from typing import Optional
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models.transformer import TransformerConfig
 
-from .position_kinds import POSITION_KINDS, kinds_with_slopes
+from .position_kinds import OPTION_DEFAULTS, POSITION_KINDS, kinds_with_slopes
 
 SLOPE_CHOICES = ChoiceEnum(["fixed", "learned"])
 INIT_CHOICES = ChoiceEnum(["alibi", "zero"])
@@ -26,14 +26,14 @@ class RelativePositionConfig(FairseqDataclass):
         },
     )
     rpe_slopes: Optional[SLOPE_CHOICES] = field(
-        default=None,
+        default=OPTION_DEFAULTS["rpe_slopes"],
         metadata={
             "help": f"slopes m of {' or '.join(repr(k) for k in kinds_with_slopes())}: 'fixed' or 'learned' (default: "
             + ", ".join(f"{POSITION_KINDS[k].slopes} for {k}" for k in kinds_with_slopes()) + ")"
         },
     )
     rpe_init: INIT_CHOICES = field(
-        default="alibi",
+        default=OPTION_DEFAULTS["rpe_init"],
         metadata={
             "help": "start of a learned bias b ('t5', 'learned'): 'alibi' (ALiBi's line -m_h|k|, at each bucket's "
             "nearest distance; a language model learns faster from it) or 'zero' (flat, as T5)"
@@ -44,11 +44,11 @@ class RelativePositionConfig(FairseqDataclass):
         metadata={"help": "attention scores from the position bias alone, without QK^T (Wang & E, NeurIPS 2024)"},
     )
     rpe_num_buckets: int = field(
-        default=32,
+        default=OPTION_DEFAULTS["rpe_num_buckets"],
         metadata={"help": "T5 buckets of the RPE bias b (and of a bucketed URPE c); causal models use all for past distances"},
     )
     rpe_max_distance: int = field(
-        default=128,
+        default=OPTION_DEFAULTS["rpe_max_distance"],
         metadata={
             "help": "distance where T5's log-spaced buckets end, or the largest distance with its own 'learned' "
             "bias; farther keys share the last entry"
@@ -59,18 +59,18 @@ class RelativePositionConfig(FairseqDataclass):
         metadata={"help": "learn b (and c) separately in every layer instead of one set shared by all layers"},
     )
     urpe_toeplitz: TOEPLITZ_CHOICES = field(
-        default="bucketed",
+        default=OPTION_DEFAULTS["urpe_toeplitz"],
         metadata={
             "help": "URPE Toeplitz reweighting C: 'none' (plain RPE), 'bucketed' (c per T5 bucket of b) or "
             "'unique' (c per distance up to --urpe-max-distance)"
         },
     )
     urpe_max_distance: Optional[int] = field(
-        default=None,
+        default=OPTION_DEFAULTS["urpe_max_distance"],
         metadata={"help": "largest distance with its own c in the 'unique' table (default: --tokens-per-sample - 1)"},
     )
     urpe_beyond_max: BEYOND_MAX_CHOICES = field(
-        default="clamp",
+        default=OPTION_DEFAULTS["urpe_beyond_max"],
         metadata={"help": "'unique' C beyond --urpe-max-distance: 'clamp' reuses the last entry, 'error' refuses"},
     )
     urpe_attention_impl: ATTENTION_IMPL_CHOICES = field(

@@ -9,6 +9,7 @@ from fairseq.models import register_model
 from fairseq.models.transformer_lm import TransformerLanguageModel, TransformerLanguageModelConfig
 from fairseq.utils import safe_getattr
 
+from .position_kinds import config_defaults, resolve_position_options
 from .relative_decoder import RelativeTransformerDecoder
 from .relative_position_config import RelativePositionConfig
 
@@ -24,8 +25,9 @@ class RelativeTransformerLanguageModel(TransformerLanguageModel):
 
     @classmethod
     def build_model(cls, args, task):
-        if safe_getattr(args, "urpe_max_distance", None) is None:
-            args.urpe_max_distance = safe_getattr(args, "tokens_per_sample", 1024) - 1
+        longest = safe_getattr(args, "tokens_per_sample", 1024) - 1
+        defaults = config_defaults(RelativeTransformerLanguageModelConfig)
+        resolve_position_options(args, defaults, longest, "--tokens-per-sample - 1")
         # Here rather than in the archs, so `--arch relative_transformer_lm` and hydra's
         # `model=relative_transformer_lm` (which run no arch function) drop them too.
         if not safe_getattr(args, "absolute_positions", False):

@@ -12,18 +12,23 @@ def check_bucket_options(num_buckets: int, max_distance: int, bidirectional: boo
 
     Each direction gets ``n = num_buckets`` (causal) or ``num_buckets // 2`` (bidirectional) buckets; the
     first ``n // 2`` are exact distances, the rest log-spaced up to ``max_distance``. That needs
-    ``n >= 2`` and ``max_distance > n // 2``.
+    ``n >= 2`` and ``max_distance > n // 2``. ``names``: what the errors call the two options; ``None`` for
+    one the caller did not set (the config layer's defaults): the error then gives its value only.
     """
     buckets_name, distance_name = names
     per_side = num_buckets // 2 if bidirectional else num_buckets
     if num_buckets <= 0 or per_side < 2:
         need = 4 if bidirectional else 2
-        raise ValueError(f"{buckets_name} must be an integer >= {need}, got {num_buckets}")
+        raise ValueError(f"{buckets_name or 'num_buckets'} must be an integer >= {need}, got {num_buckets}")
     if max_distance <= per_side // 2:
-        raise ValueError(
-            f"{distance_name} must be greater than the {per_side // 2} exact buckets "
-            f"({buckets_name}={num_buckets}), got {max_distance}"
-        )
+        exact = per_side // 2
+        if distance_name or not buckets_name:
+            of_buckets = f"of {buckets_name} {num_buckets}" if buckets_name else f"of the {num_buckets} buckets"
+            raise ValueError(f"{distance_name or 'max_distance'} must be greater than {exact}, the exact distances "
+                             f"{of_buckets}; got {max_distance}")
+        most = 2 * max_distance - 1 if not bidirectional else 4 * max_distance - 1
+        raise ValueError(f"{buckets_name} must be at most {most}: its {exact} exact buckets must end before "
+                         f"distance {max_distance}, where the log-spaced buckets end; got {num_buckets}")
 
 
 def relative_position_bucket(
@@ -79,13 +84,40 @@ class BucketIndex:
         return relative_position_bucket(distance, self.num_buckets, self.max_distance, self.bidirectional)
 
     @property
+    def per_side(self) -> int:
+        """Buckets per direction: all of them causal, half bidirectional."""
+        return self.num_buckets // 2 if self.bidirectional else self.num_buckets
+
+    def first_distances(self, buckets: torch.Tensor) -> torch.Tensor:
+        """Per bucket ``e`` of ``buckets`` (long), the smallest causal distance ``d >= 0`` whose bucket is
+        ``>= e`` (``2 max_distance + 1`` if none is). The bucket grows with ``d``, so a bisection over
+        ``0 .. 2 max_distance + 1`` finds it: ``O(len(buckets) log max_distance)``, never ``O(max_distance)``."""
+        low = torch.zeros_like(buckets)
+        high = torch.full_like(buckets, 2 * self.max_distance + 1)  # past every bucket boundary
+        while bool((low < high).any()):
+            middle = (low + high) // 2
+            reached = self(middle) >= buckets
+            high, low = torch.where(reached, middle, high), torch.where(reached, low, middle + 1)
+        return low
+
+    def nearest_distances(self) -> torch.Tensor:
+        """``(size,)`` float32: per bucket, the smallest ``|i - j|`` that reads it; ``2 max_distance`` for a
+        bucket no distance reads (an odd bidirectional bucket, or more buckets than distances)."""
+        nearest = torch.full((self.size,), float(2 * self.max_distance))
+        buckets = torch.arange(self.per_side)
+        first = self.first_distances(buckets)  # keys at or before the query: buckets 0 .. per_side - 1
+        nearest[: self.per_side] = torch.where(self(first) == buckets, first.float(), nearest[: self.per_side])
+        if self.bidirectional:  # keys after the query, |d| >= 1: the upper half
+            after = first.clamp(min=1)
+            upper = nearest[self.per_side : 2 * self.per_side]
+            nearest[self.per_side : 2 * self.per_side] = torch.where(self(after) == buckets, after.float(), upper)
+        return nearest
+
+    @property
     def constant_from(self) -> int:
-        """The causal distance from which every distance reads the same bucket (the last one)."""
-        if not hasattr(self, "_constant_from"):  # the options are fixed at construction
-            entry = self(torch.arange(2 * self.max_distance + 2))  # past every bucket boundary
-            changes = (entry[1:] != entry[:-1]).nonzero()
-            self._constant_from = int(changes[-1]) + 1 if len(changes) else 0
-        return self._constant_from
+        """The causal distance from which every distance reads the same bucket: the first of the last one."""
+        last = self(torch.tensor([2 * self.max_distance + 1]))  # past every bucket boundary
+        return int(self.first_distances(last)[0])
 
     def __repr__(self) -> str:
         return f"buckets={self.num_buckets}, max_distance={self.max_distance}, bidirectional={self.bidirectional}"
@@ -119,6 +151,12 @@ class ClippedIndex:
                     f"input needs {longest}; raise {self.name} or use {self.beyond_name} clamp"
                 )
         return clipped_distance_index(distance, self.max_distance, self.bidirectional)
+
+    def nearest_distances(self) -> torch.Tensor:
+        """``(size,)`` float32: per entry, the smallest ``|i - j|`` that reads it (``|entry - max_distance|``
+        bidirectional, the entry causal)."""
+        entries = torch.arange(self.size)
+        return (entries - self.max_distance if self.bidirectional else entries).abs().float()
 
     @property
     def constant_from(self) -> int:

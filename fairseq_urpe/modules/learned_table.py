@@ -30,11 +30,8 @@ class LearnedTable(RelativePositionFunction):
         raise NotImplementedError
 
     def nearest_distances(self) -> torch.Tensor:
-        """``(size,)``: per entry, the smallest ``|i - j|`` that reads it (float32)."""
-        reach = 2 * self.index.max_distance  # beyond every bucket boundary and clip
-        distance = torch.arange(-reach, reach + 1)
-        nearest = torch.full((self.index.size,), float(reach))
-        return nearest.scatter_reduce(0, self.index(distance), distance.abs().float(), "amin")
+        """``(size,)``: per entry, the smallest ``|i - j|`` that reads it (float32; the index's)."""
+        return self.index.nearest_distances()
 
     @property
     def constant_from(self) -> int:

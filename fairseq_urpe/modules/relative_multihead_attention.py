@@ -37,8 +37,9 @@ class RelativeMultiheadAttention(MultiheadAttention):
         rotary: module with ``rotation`` turning q and k by position (RoPE), or ``None``.
         shared: instead of the three, :class:`PositionModules` that other layers use too. Their owner
             (the encoder/decoder) registers them, so they are not parameters of this attention.
-        dot_product: ``False`` drops ``Q K^T`` (and the query/key projections): the attention
-            pattern comes from the position bias alone and is shared by the whole batch.
+        dot_product: ``False`` drops ``Q K^T`` and the query/key projections (``q_proj``, ``k_proj`` are
+            ``None``, and no submodules: a state dict holding them is refused by a strict load): the
+            attention pattern comes from the position bias alone and is shared by the whole batch.
         attention_impl: ``auto``, ``dense`` or ``fused``: see :mod:`fairseq_urpe.kernels.dispatch`.
     """
 
@@ -80,8 +81,11 @@ class RelativeMultiheadAttention(MultiheadAttention):
             raise ValueError("a rotation of q and k needs the dot product: dot-product-free attention has no q, k")
         self.dot_product = dot_product
         self.attention_impl = attention_impl
-        if not dot_product:  # unused parameters would also break DDP's gradient reduction
-            self.q_proj = self.k_proj = None
+        if not dot_product:
+            # No q, k: not submodules at all (unused parameters would also break DDP's gradient reduction),
+            # so a state dict that has them (a checkpoint trained with Q K^T) fails the strict load.
+            del self.q_proj, self.k_proj
+            self.q_proj = self.k_proj = None  # plain attributes
 
     def forward(
         self,

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
-pytestmark = pytest.mark.every_triton  # the kernel itself: run again under the second triton (scripts/test.sh)
 
 from fairseq_urpe.kernels import fused_urpe_attention as kernel  # noqa: E402
 from fairseq_urpe.kernels.fused_urpe_attention import attention_dropout_mask, fused_causal_urpe_attention  # noqa: E402
@@ -20,6 +19,7 @@ from tests.kernels.kernel_inputs import make_inputs  # noqa: E402
 from tests.reference import causal_mask  # noqa: E402
 
 
+@pytest.mark.every_triton  # also under the second triton (scripts/test.sh): dropout's variants
 def test_fused_dropout_equals_the_reference_fed_the_kernels_mask_forward_and_backward():
     q, k, v, bias, c, pad = make_inputs(2, 3, 37, 16, torch.float64, padding="left", seed=6)
     seed = torch.tensor([987654321987], dtype=torch.int64)
@@ -89,6 +89,7 @@ def philox_4x32_7(counters, key):
     return c0, c1, c2, c3
 
 
+@pytest.mark.every_triton  # also under the second triton (scripts/test.sh): triton's random numbers
 @pytest.mark.parametrize("seed", [987654321987, 2**62 - 12345])
 def test_dropout_mask_is_philox_4x32_7_at_the_documented_counters(seed):
     """Against Random123's Philox written out here: entry (i, j) of head bh draws byte j % 4 of word

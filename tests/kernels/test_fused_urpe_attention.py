@@ -8,7 +8,6 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
-pytestmark = pytest.mark.every_triton  # the kernel itself: run again under the second triton (scripts/test.sh)
 
 from fairseq_urpe.kernels import fused_urpe_attention as kernel  # noqa: E402
 from fairseq_urpe.kernels.fused_urpe_attention import (  # noqa: E402
@@ -36,6 +35,7 @@ def assert_matches_reference(inputs, dtype, scale=None, blocks=None):
     "dtype,padding",
     [(torch.float64, None), (torch.float64, "right"), (torch.float64, "left"), (torch.float32, "left")],
 )
+@pytest.mark.every_triton  # also under the second triton (scripts/test.sh): every dtype, with padding
 def test_matches_reference_forward_and_backward_with_bias_toeplitz_and_padding(dtype, padding):
     # scale 1/8 is exact in float32, in which Triton passes it, so float64 can be held to 1e-10.
     assert_matches_reference(make_inputs(2, 3, 37, 24, dtype, padding=padding), dtype, scale=0.125)
@@ -46,6 +46,7 @@ def test_matches_reference_forward_and_backward_with_bias_toeplitz_and_padding(d
     [(True, False), (False, True), (False, False)],
     ids=["rpe_bias_only", "toeplitz_only", "plain_causal"],
 )
+@pytest.mark.every_triton  # also under the second triton (scripts/test.sh): the variants with one table
 def test_matches_reference_without_bias_or_without_toeplitz(bias, toeplitz):
     inputs = make_inputs(2, 3, 21, 16, torch.float64, bias=bias, toeplitz=toeplitz, padding="right", seed=1)
     assert_matches_reference(inputs, torch.float64, scale=0.25)

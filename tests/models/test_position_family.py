@@ -12,7 +12,7 @@ from fairseq import checkpoint_utils
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
 from fairseq_urpe.models.architectures import ARCHITECTURES, SIZES, variants
-from fairseq_urpe.models.position_kinds import POSITION_KINDS, SCORES, kinds_with_slopes
+from fairseq_urpe.models.position_kinds import POSITION_KINDS, SCORES, TOEPLITZ_READS, kinds_with_slopes
 from fairseq_urpe.models.relative_transformer_lm import RelativeTransformerLanguageModel
 from fairseq_urpe.modules import LearnedDistanceBias, LogBias, T5RelativeBias, ToeplitzReweighting
 from tests.models.checks import (
@@ -101,7 +101,11 @@ def test_each_variant_builds_its_modules(build_lm, variant):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_incremental_decoding_equals_full_forward_with_beam_reorder(build_lm, variant):
-    model, _ = build_lm(f"transformer_lm_{variant}_tiny", "--rpe-num-buckets", "8", "--rpe-max-distance", "8")
+    options = variants()[variant]
+    reads = POSITION_KINDS[options["rpe_kind"]].reads + TOEPLITZ_READS[options["urpe_toeplitz"]]
+    small_tables = [flag for option in ("rpe_num_buckets", "rpe_max_distance") if option in reads
+                    for flag in ("--" + option.replace("_", "-"), "8")]  # where the kind or its C reads them
+    model, _ = build_lm(f"transformer_lm_{variant}_tiny", *small_tables)
     assert_incremental_decoding_equals_full_forward(randomise_positions(model).double().eval(), [2, 0, 0])
 
 

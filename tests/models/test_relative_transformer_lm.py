@@ -97,6 +97,19 @@ def test_shared_parameters_survive_a_state_dict_round_trip(build_lm):
     assert torch.equal(model(tokens)[0], fresh(tokens)[0])
 
 
+def test_a_dot_product_checkpoint_loaded_dot_product_free_is_refused_naming_the_query_and_key_weights(build_lm):
+    """``--model-overrides "{'dot_product_free': True}"`` on a ``Q K^T`` checkpoint: fairseq's strict load
+    reports the checkpoint's q/k projections as unexpected instead of dropping them silently."""
+    trained, _ = build_lm("transformer_lm_urpe_tiny")
+    dot_product_free, _ = build_lm("transformer_lm_urpe_tiny", "--dot-product-free")
+    assert not any("q_proj" in name or "k_proj" in name for name in dot_product_free.state_dict())
+    with pytest.raises(RuntimeError, match=r"Unexpected key\(s\) in state_dict: .*decoder\.layers\.0\.self_attn\.k_proj\.weight"):
+        dot_product_free.load_state_dict(trained.state_dict(), strict=True)
+    # and back: a dot-product-free checkpoint lacks the projections a Q K^T model needs
+    with pytest.raises(RuntimeError, match=r"Missing key\(s\) in state_dict: .*self_attn\.k_proj\.weight"):
+        trained.load_state_dict(dot_product_free.state_dict(), strict=True)
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_incremental_decoding_equals_full_forward_with_beam_reorder(build_lm, variant):
     model, _ = build_lm(*VARIANTS[variant])
@@ -145,7 +158,7 @@ def test_unknown_choices_are_refused_by_the_parser_naming_the_option(build_lm, c
     [
         (["--rpe-num-buckets", "0"], "--rpe-num-buckets must be an integer >= 2, got 0"),
         (["--rpe-num-buckets", "-8"], "--rpe-num-buckets must be an integer >= 2, got -8"),
-        (["--rpe-max-distance", "0"], "--rpe-max-distance must be greater than the 16 exact buckets"),
+        (["--rpe-max-distance", "0"], "--rpe-max-distance must be greater than 16, the exact distances of the 32 buckets; got 0"),
         (["--urpe-toeplitz", "unique", "--urpe-max-distance", "0"], "--urpe-max-distance must be a positive integer, got 0"),
         (["--urpe-toeplitz", "unique", "--urpe-max-distance", "-5"], "--urpe-max-distance must be a positive integer"),
         (["--rpe-kind", "learned", "--rpe-max-distance", "0"], "--rpe-max-distance must be a positive integer, got 0"),
