@@ -35,6 +35,7 @@ Imports only torch; triton is imported the first time the kernel is used.
 import logging
 import os
 import re
+import warnings
 from collections import OrderedDict
 from typing import Dict, Optional, Tuple
 
@@ -63,6 +64,20 @@ def _warn_once(key, message: str) -> None:
     if key not in _WARNED:
         _WARNED.add(key)
         logger.warning(message)
+
+
+NONDETERMINISTIC = ("the fused attention kernel adds gradients (dQ's far tiles, the tables') by float32 atomics, "
+                    "in no fixed order: its backward is not deterministic, although "
+                    "torch.use_deterministic_algorithms(True, warn_only=True) is on")
+
+
+def _warn_nondeterministic_once() -> None:
+    """With ``torch.use_deterministic_algorithms(True, warn_only=True)``, a ``UserWarning`` the first time
+    in the process that the fused path runs (torch's own rule for its nondeterministic ops, said once)."""
+    warn_only = torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+    if warn_only and "nondeterministic" not in _WARNED:
+        _WARNED.add("nondeterministic")
+        warnings.warn(NONDETERMINISTIC, UserWarning, stacklevel=3)
 
 
 def use_fused_attention(
@@ -106,6 +121,7 @@ def use_fused_attention(
     config = KernelConfig(str(x.device), x.dtype, x.size(-1), bool(tables[0]), bool(tables[1]), bool(padding),
                           dropout_p > 0, tf32)
     if self_check_passed(impl, config):
+        _warn_nondeterministic_once()
         return log_path(True, config.describe())
     return log_path(False, f"the fused kernel failed its self-check on {config.describe()}")
 

@@ -64,19 +64,31 @@ def test_forced_fused_on_cpu_without_the_interpreter_or_without_triton_is_an_err
         decide("flash")
 
 
-def test_deterministic_algorithms_take_the_dense_path():
+def test_deterministic_algorithms_take_the_dense_path_and_warn_only_warns_once(monkeypatch):
     """The kernel adds gradients by atomics (in no fixed order): with torch's deterministic algorithms on,
-    ``auto`` runs dense and ``fused`` is an error naming the flag; ``warn_only`` lets the kernel run."""
+    ``auto`` runs dense and ``fused`` is an error naming the flag; ``warn_only`` lets the kernel run, with
+    one UserWarning per process saying that its backward is not deterministic."""
+    import warnings
+
+    monkeypatch.setattr(dispatch, "_WARNED", set())
     torch.use_deterministic_algorithms(True)
     try:
         with pytest.raises(RuntimeError, match="fused cannot run here: torch.use_deterministic_algorithms"):
             decide("fused")
         assert not decide("auto")
         torch.use_deterministic_algorithms(True, warn_only=True)
-        assert decide("fused")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert decide("fused") and decide("fused") and decide("fused", q_like(length=9))
+        found = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+        assert len(found) == 1 and "atomics" in found[0] and "not deterministic" in found[0], found
     finally:
         torch.use_deterministic_algorithms(False)
-    assert decide("fused")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        monkeypatch.setattr(dispatch, "_WARNED", set())
+        assert decide("fused")  # deterministic algorithms off: no warning
+    assert not [w for w in caught if "not deterministic" in str(w.message)]
 
 
 def test_future_mask_check_accepts_only_fairseqs_causal_mask_and_notices_in_place_changes():
@@ -287,13 +299,43 @@ def test_the_path_taken_is_logged_once_per_distinct_reason(monkeypatch, caplog):
     assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("attention path: fused (cpu, float64")]
 
 
-def test_help_of_attention_impl_does_not_exclude_attention_dropout_which_the_kernel_computes():
-    """--urpe-attention-impl's help, as fairseq-train prints it, lists what 'auto' needs for the fused kernel;
-    attention dropout is not among them (the kernel drops inside), and the dispatch agrees."""
+def attention_impl_help() -> str:
     from fairseq_urpe.models.relative_position_config import RelativePositionConfig
 
-    text = " ".join(RelativePositionConfig.__dataclass_fields__["urpe_attention_impl"].metadata["help"].split())
+    return " ".join(RelativePositionConfig.__dataclass_fields__["urpe_attention_impl"].metadata["help"].split())
+
+
+def test_help_of_attention_impl_says_what_auto_does():
+    """--urpe-attention-impl's help, as fairseq-train prints it, names every condition under which the
+    dispatch sends an ``auto`` call to the dense path, each driven here to its reason; attention dropout is
+    not among them (the kernel drops inside)."""
+    text = attention_impl_help()
     assert "no attention dropout" not in text and "without attention dropout" not in text, text
     assert "'fused': the kernel, or an error naming this flag where it cannot run (for GPU runs that must not fall back)" in text
     assert "The log names the path taken ('attention path: ...')" in text
     assert decide("fused", dropout=0.1)  # the kernel takes attention dropout (here under the interpreter)
+    x = q_like()
+    reasons = {  # phrase of the help: the dispatch's reason for dense
+        "CUDA tensors": dispatch._why_not_fused(q_like(dtype=torch.float16), 0.0, True, forced=False),
+        "head dim <= 128": dispatch._why_not_fused(q_like(head_dim=160), 0.0, True, forced=False),
+        "batch x heads <= 65535": dispatch._why_not_fused(torch.zeros(65536, 1, 1, 16), 0.0, True, forced=False),
+        "dot-product scores": dispatch._why_not_fused(x, 0.0, False, forced=False),
+        "float32 with TF32 allowed (torch.backends.cuda.matmul.allow_tf32)":
+            dispatch._why_not_fused(x, 0.0, True, forced=False),
+        "a supported triton": dispatch.triton_version_problem("3.2.0"),
+    }
+    assert "tensors are on cpu" in reasons["CUDA tensors"]
+    assert "float32 without TF32" in reasons["float32 with TF32 allowed (torch.backends.cuda.matmul.allow_tf32)"]
+    for phrase, reason in reasons.items():
+        assert phrase in text, phrase
+        assert reason is not None, phrase
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert "use_deterministic_algorithms" in dispatch._why_not_fused(x, 0.0, True, forced=False)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert "torch.use_deterministic_algorithms not on without warn_only" in text
+    for phrase, call in (("fairseq's causal mask", dict(attn_mask=None)), ("no attention weights asked for",
+                         dict(need_weights=True)), ("not incremental decoding", dict(incremental=True))):
+        assert phrase in text and not decide("fused", **call), phrase
+    assert "first-use self-check in this configuration and the first launch of this launch signature" in text
