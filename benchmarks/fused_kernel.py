@@ -26,11 +26,17 @@ KERNELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def load(name: str, path: str = None):
-    """``fairseq_urpe/kernels/<name>.py`` (or the file ``path``) as a standalone module (no fairseq import)."""
-    spec = importlib.util.spec_from_file_location(f"urpe_{name}", path or os.path.join(KERNELS, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """``fairseq_urpe/kernels/<name>.py`` (of the folder ``path``, a copy of ``fairseq_urpe/kernels``, if
+    given) as a module of that folder loaded as a standalone package (no fairseq import)."""
+    folder = os.path.abspath(path or KERNELS)
+    package = "urpe_kernels_" + re.sub(r"\W", "_", folder)
+    if package not in sys.modules:
+        spec = importlib.util.spec_from_file_location(package, os.path.join(folder, "__init__.py"),
+                                                      submodule_search_locations=[folder])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[package] = module
+        spec.loader.exec_module(module)
+    return importlib.import_module(f"{package}.{name}")
 
 
 # What the compile check covers: (capability, dtype, head dim, attention dropout[, variant]). The dropout
@@ -287,7 +293,7 @@ def main(argv=None):
     parser.add_argument("--compile-check", action="store_true",
                         help="compile for sm_90 and sm_80 (COMPILE_CONFIGS, or --dtype/--head-dim if given); no GPU needed")
     parser.add_argument("--kernel-file", default=None,
-                        help="compile this copy of fused_urpe_attention.py instead (e.g. an older commit's)")
+                        help="compile the kernels of this copy of fairseq_urpe/kernels instead (e.g. an older commit's)")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--length", type=int, default=2048)

@@ -3,9 +3,9 @@
 ``--urpe-attention-impl`` (``impl`` here):
   - ``dense``: always the dense path.
   - ``auto`` (default): the fused kernel where it can run (a CUDA tensor, Triton importable, float16 or
-    bfloat16, or float32 where torch allows TF32 matmuls, head dim <= 128, dot-product scores), the call
-    is one it computes, and the kernel passed its self-check in this configuration; the dense path
-    otherwise.
+    bfloat16, or float32 where torch allows TF32 matmuls, head dim <= 128, dot-product scores, an
+    attention-dropout rate its 8-bit thresholds hold within 10%: :mod:`.dropout_rate`), the call is one it
+    computes, and the kernel passed its self-check in this configuration; the dense path otherwise.
   - ``fused``: the fused kernel for every call it computes (float32 included, TF32 or not); an error
     naming the flag where this machine or configuration cannot run it or the self-check failed (on CPU
     it runs under Triton's interpreter when ``TRITON_INTERPRET=1``, slowly: that is how the tests run it).
@@ -41,6 +41,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
+from . import dropout_rate
 from .self_check import KernelConfig, kernel_error
 
 logger = logging.getLogger(__name__)
@@ -122,6 +123,8 @@ def use_fused_attention(
                           dropout_p > 0, tf32)
     if self_check_passed(impl, config):
         _warn_nondeterministic_once()
+        if dropout_p > 0:  # the rate the kernel runs, once per rate (dropout_rate)
+            log_once(f"fused attention: {dropout_rate.describe(dropout_p)}")
         return log_path(True, config.describe())
     return log_path(False, f"the fused kernel failed its self-check on {config.describe()}")
 
@@ -133,11 +136,15 @@ _PATHS_LOGGED = set()
 def log_path(fused: bool, why: str) -> bool:
     """Log ``attention path: fused (<configuration>)`` or ``attention path: dense (<why>)`` once per process
     for each distinct line (INFO, so a fairseq run's log names the path its attention took); returns ``fused``."""
-    line = f"attention path: {'fused' if fused else 'dense'} ({why})"
+    log_once(f"attention path: {'fused' if fused else 'dense'} ({why})")
+    return fused
+
+
+def log_once(line: str) -> None:
+    """``line`` at INFO, the first time this process logs it."""
     if line not in _PATHS_LOGGED:
         _PATHS_LOGGED.add(line)
         logger.info(line)
-    return fused
 
 
 def self_check_passed(impl: str, config: KernelConfig) -> bool:
@@ -168,10 +175,9 @@ def _why_not_fused(x: torch.Tensor, dropout_p: float, dot_product: bool, forced:
         return f"head dim {x.size(-1)} exceeds the kernel's 128"
     if x.size(0) * x.size(1) > 65535:
         return f"batch x heads = {x.size(0) * x.size(1)} exceeds the kernel grid's 65535"
-    if not 0 <= dropout_p < 1:
-        return f"attention dropout {dropout_p} is not in [0, 1)"
-    if dropout_p > 0 and round(dropout_p * 256) >= 256:
-        return f"attention dropout {dropout_p} rounds to dropping everything at the kernel's 8-bit resolution"
+    problem = dropout_rate.rate_problem(dropout_p)
+    if problem is not None:
+        return problem + ("; the dense attention runs it at the rate asked" if not forced else "")
     if x.dtype == torch.float32 and not forced and not torch.backends.cuda.matmul.allow_tf32:
         # Full-precision products run without tensor cores: slower than the dense path's matmuls.
         return "float32 without TF32 (torch.backends.cuda.matmul.allow_tf32 is off)"

@@ -27,16 +27,16 @@ finite float32 rather than -inf, so a query whose visible keys are all padding a
 and stays finite, and no gradient flows into their scores. Attention dropout follows it too: applied to
 ``P ⊙ C``; its mask comes from Philox-4x32-7 (counter-based, one seed per call, 8 random bits per entry,
 one call per 16 keys, 7 rounds, as FlashAttention-2 does), so the backward kernels regenerate it
-instead of storing it. The
-rate is ``p`` rounded to a multiple of 1/256 and kept entries are scaled by the exact inverse of the keep
-probability, ``256 / (256 - round(256 p))``, so ``E[Z] = 1`` exactly (up to float32 rounding of the scale).
+instead of storing it. The rate run is ``round(256 p) / 256`` (refused where that is more than 10% from
+``p``, :mod:`.dropout_rate`) and kept entries are scaled by the exact inverse of the keep probability,
+``256 / (256 - round(256 p))``, so ``E[Z] = 1`` exactly (up to float32 rounding of the scale).
 
 Softmax runs in base 2 (``exp2``, with ``log2(e)`` folded into the score scale and the bias); the row
 maxima are stored in that base. Pointer bases (batch, head, the tile's first row) are int64, so tensors of
 any size are addressed right; offsets inside a tile are int32 (inputs whose row stride would overflow them
 are copied first). Each tile reads its slice of a table (``BLOCK_M + BLOCK_N - 1`` distances) with one
 load and expands it in registers; tiles wholly below the diagonal skip the causal mask; the query tiles
-with the most keys start first. This module imports only torch and triton.
+with the most keys start first. This module imports only torch, triton and its sibling modules.
 """
 
 import math
@@ -45,6 +45,8 @@ from typing import NamedTuple, Optional
 import torch
 import triton
 import triton.language as tl
+
+from .dropout_rate import dropout_keep
 
 PAD_SCORE = tl.constexpr(-3.4028234663852886e38)  # torch.finfo(torch.float32).min
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x log2(e))
@@ -818,16 +820,6 @@ def _precision(dtype: torch.dtype) -> str:
     return "ieee"
 
 
-def dropout_keep(dropout_p: float):
-    """``(threshold, scale)`` of attention dropout at rate ``p``: an entry is kept when its 8-bit uniform
-    is at least ``threshold = round(256 p)`` (probability ``(256 - threshold) / 256``), and scaled by
-    ``256 / (256 - threshold)``, the inverse of that probability, so that ``E[Z] = 1``."""
-    threshold = int(round(dropout_p * 256))
-    if not 0 <= threshold < 256:
-        raise ValueError(f"dropout_p {dropout_p} rounds to dropping every entry (8-bit thresholds: p < 255.5 / 256)")
-    return threshold, 256.0 / (256 - threshold)
-
-
 def _scores_base(dtype: torch.dtype):
     """(EXP2, log2e): base-2 softmax with log2(e) folded into the scale, except in float64 (base e, so
     that float64 runs hold the exact scale)."""
@@ -1153,8 +1145,9 @@ def fused_causal_urpe_attention(
         c_by_distance: ``(H, n)``: ``C_ij = c_by_distance[h, min(i - j, n - 1)]``, or ``None`` (``C = 1``).
         key_padding_mask: ``(B, T)`` bool, true at padded keys, or ``None``.
         scale: multiplies ``Q K^T``; default ``1 / sqrt(d)``.
-        dropout_p: attention dropout on ``A ⊙ C``, at ``p`` rounded to a multiple of 1/256, kept entries
-            scaled by the inverse of the keep rate (:func:`dropout_keep`).
+        dropout_p: attention dropout on ``A ⊙ C``, run at ``round(256 p) / 256``, kept entries scaled by
+            the inverse of the keep rate (:mod:`.dropout_rate`); a ``p`` whose 8-bit rate is more than 10%
+            off (e.g. 0.001, 0.01) raises ``ValueError``.
         dropout_seed: one-element int64 tensor on q's device choosing the mask (see
             :func:`attention_dropout_mask`); default: drawn from torch's generator (:func:`new_dropout_seed`).
         blocks: overrides of the tile choices (keys and values as in ``INTERPRETER_BLOCKS``; a tile's
@@ -1180,7 +1173,7 @@ def fused_causal_urpe_attention(
         raise ValueError(f"batch x heads = {batch * heads} exceeds the kernel grid's 65535")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1); got {dropout_p}")
-    dropout_keep(dropout_p)  # raises where p rounds to 1
+    dropout_keep(dropout_p)  # raises where the kernel's 8-bit rate is more than 10% from p (dropout_rate)
     if length == 0:
         return torch.empty_like(q)
     seed = None

@@ -82,7 +82,10 @@ class RelativePositionConfig(FairseqDataclass):
             "dot-product scores; fairseq's causal mask; no attention weights asked for; not incremental "
             "decoding (always dense); torch.use_deterministic_algorithms not on without warn_only; the "
             "kernel passed its first-use self-check in this configuration and the first launch of this "
-            "launch signature. Attention dropout runs inside the kernel. 'fused': the kernel, or an error "
+            "launch signature. Attention dropout runs inside the kernel at round(256 p) / 256, kept entries "
+            "scaled by the inverse of the keep rate (--attention-dropout 0.1: 26/256 = 0.1016, kept entries x "
+            "1.1130); a rate more than 10% from that (0.001 would be 0, 0.01 would be 0.0117) runs dense, and "
+            "is an error under 'fused'. 'fused': the kernel, or an error "
             "naming this flag where it cannot run (for GPU runs that must not fall back); 'dense': plain "
             "PyTorch. The log names the path taken ('attention path: ...')"
         },

@@ -116,8 +116,10 @@ def test_refuses_inputs_it_cannot_compute():
         fused_causal_urpe_attention(big, big, big)
     with pytest.raises(ValueError, match="dropout_p must be in"):
         fused_causal_urpe_attention(q, q, q, dropout_p=1.0)
-    with pytest.raises(ValueError, match="rounds to dropping every entry"):
+    with pytest.raises(ValueError, match="rounds to dropping everything"):
         fused_causal_urpe_attention(q, q, q, dropout_p=0.999)
+    with pytest.raises(ValueError, match=r"0.001 \(--attention-dropout\) would run at 0/256 = 0 .* more than 10%"):
+        fused_causal_urpe_attention(q, q, q, dropout_p=0.001)
 
 
 @pytest.mark.parametrize("length", [64, 37], ids=["multiple_of_16", "odd"])
