@@ -889,6 +889,21 @@ def far_share_applies(cfg: dict, length: int, bias=None, ctab=None, pad=None) ->
     return far_tiles("forward", length, table_reach(length, bias, ctab)[2], fm, fn) > 0
 
 
+def _uses_far_share(cfg: dict, length: int, bias, ctab, pad, tables_learn: bool) -> bool:
+    """Whether the forward stores the far share (``FAR_SUMS``): table gradients wanted and
+    :func:`far_share_applies`."""
+    return tables_learn and far_share_applies(cfg, length, bias, ctab, pad)
+
+
+def launch_variant(q, bias_table=None, c_table=None, key_padding_mask=None, tables_learn=False, blocks=None) -> tuple:
+    """The constexprs that the call's sizes (not its configuration) select: the forward's ``FAR_SUMS``
+    and the backward's far-tile constexprs (:func:`far_flags`), as the launches of this call pass them."""
+    cfg = _blocks(q.device, q.size(3), q.dtype, blocks)
+    far_share = _uses_far_share(cfg, q.size(2), bias_table, c_table, key_padding_mask, tables_learn)
+    flags = far_flags(cfg, far_share)
+    return (("forward", far_share), *((name, tuple(sorted(flags[name].items()))) for name in ("dkdv", "dq")))
+
+
 def launch_forward(q, k, v, bias, ctab, pad, out, row_max, row_sum, scale: float, cfg: dict,
                    dropout_p: float = 0.0, seed: Optional[torch.Tensor] = None,
                    far: Optional[FarShare] = None) -> None:
@@ -1091,7 +1106,7 @@ class FusedCausalURPEAttention(torch.autograd.Function):
         out = _like(q)
         row_max = torch.empty(batch * heads, length, device=q.device, dtype=acc_torch)
         row_sum = torch.empty_like(row_max)
-        far = FarShare.empty(q, row_max) if tables_learn and far_share_applies(cfg, length, bias, ctab, pad) else None
+        far = FarShare.empty(q, row_max) if _uses_far_share(cfg, length, bias, ctab, pad, tables_learn) else None
         launch_forward(q, k, v, bias, ctab, pad, out, row_max, row_sum, scale, cfg, dropout_p, seed, far)
         ctx.save_for_backward(q, k, v, out, bias, ctab, pad, row_max, row_sum, seed, *(far or (None, None, None)))
         ctx.table_dtypes = (

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.every_triton  # the kernel itself: run again under the 
 
 from fairseq_urpe.kernels import dispatch, dropout_rate  # noqa: E402
 from fairseq_urpe.kernels import fused_urpe_attention as kernel  # noqa: E402
-from fairseq_urpe.kernels.dispatch import use_fused_attention  # noqa: E402
+from fairseq_urpe.kernels.dispatch import attention_backend  # noqa: E402
 from fairseq_urpe.kernels.fused_urpe_attention import attention_dropout_mask, fused_causal_urpe_attention  # noqa: E402
 from fairseq_urpe.kernels.reference import causal_urpe_attention_reference  # noqa: E402
 from tests.attention_builders import EMBED, HEADS, make_t5_attention  # noqa: E402
@@ -66,16 +66,16 @@ def test_dropout_runs_at_the_stated_8_bit_rate_or_the_dense_path_runs_it(p, monk
     dense path drops at p (never 0)."""
     effective = dropout_rate.effective_rate(p)
     x = torch.zeros(2, 3, 6, 16, dtype=torch.float64)
-    monkeypatch.setattr(dispatch, "_PATHS_LOGGED", set())
+    monkeypatch.setattr(dispatch, "_LOGGED", set())
     if abs(effective - p) > 0.1 * p:
         with caplog.at_level(logging.INFO, logger=dispatch.__name__):
-            assert not use_fused_attention("auto", x, causal_mask(6), False, False, p)
+            assert attention_backend("auto", x, causal_mask(6), False, False, p) is None
         lines = [r.getMessage() for r in caplog.records]
         assert [line for line in lines if f"attention dropout {p:g} (--attention-dropout) would run at" in line
                 and "the dense attention runs it at the rate asked" in line], lines
         with pytest.raises(RuntimeError, match=rf"--urpe-attention-impl fused cannot run here: attention dropout "
                                                rf"{p:g} \(--attention-dropout\) would run at"):
-            use_fused_attention("fused", x, causal_mask(6), False, False, p)
+            attention_backend("fused", x, causal_mask(6), False, False, p)
         with pytest.raises(ValueError, match="more than 10% from the rate asked"):
             fused_causal_urpe_attention(x, x, x, dropout_p=p)
         attn = make_t5_attention("urpe_unique", seed=3, dropout=p).train()
@@ -89,7 +89,7 @@ def test_dropout_runs_at_the_stated_8_bit_rate_or_the_dense_path_runs_it(p, monk
         assert f"{effective:.4f}" in text and f"{keep_scale:.4f}" in text, text
     with caplog.at_level(logging.INFO, logger=dispatch.__name__):
         for _ in range(2):
-            assert use_fused_attention("fused", x, causal_mask(6), False, False, p)
+            assert attention_backend("fused", x, causal_mask(6), False, False, p)
     stated = [r.getMessage() for r in caplog.records if r.getMessage().startswith("fused attention: attention dropout")]
     assert stated == [f"fused attention: attention dropout {p:g} runs at {threshold}/256 = {effective:.4f}, "
                       f"kept entries x {keep_scale:.4f}"], stated
