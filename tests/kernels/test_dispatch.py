@@ -389,7 +389,7 @@ def test_a_no_grad_call_and_a_frozen_table_call_each_check_their_own_variant_fir
         if current[0] is not None:
             current[0].append((name, values))
 
-    for name in ("_forward_kernel", "_backward_dq_kernel"):
+    for name in ("forward_kernel", "dq_kernel"):
         monkeypatch.setattr(kernel, name, LaunchSpy(getattr(kernel, name), name, record))
     length, batch = 40, 1  # tables constant from distance 10 on: far tiles in every kernel
     fused, dense = make_t5_attention("urpe_unique", seed=5), make_t5_attention("urpe_unique", seed=5)
@@ -416,8 +416,8 @@ def test_a_no_grad_call_and_a_frozen_table_call_each_check_their_own_variant_fir
     assert [(c.backward, c.bias_grad, c.c_grad) for c in configs] == [(True, True, True), (False, False, False),
                                                                       (True, False, False)]
     for launches in (self_checks, checks):  # the self-check of each configuration, and its first launch
-        forward = [[values["FAR_SUMS"] for name, values in check if name == "_forward_kernel"] for check in launches]
-        dq = [[values for name, values in check if name == "_backward_dq_kernel"] for check in launches]
+        forward = [[values["FAR_SUMS"] for name, values in check if name == "forward_kernel"] for check in launches]
+        dq = [[values for name, values in check if name == "dq_kernel"] for check in launches]
         assert forward == [[True], [False], [False]]
         assert dq[0] and all(v["FAR_SUMS"] and v["BIAS_GRAD"] and v["C_GRAD"] for v in dq[0])
         assert dq[1] == []  # no backward under no_grad
