@@ -8,8 +8,8 @@ attention module passes them: ``B = 2, H = 2``, q, k, v and the upstream gradien
 tensors (fairseq's layout, permuted to ``(B, H, T, d)``), q scaled by ``1 / sqrt(d)`` beforehand and the
 kernel's scale 1, tables of ``T // 4`` and ``T // 5`` entries (so that far and near tiles both run); at two
 lengths (:func:`check_lengths`): a multiple of 128 (Triton compiles lengths divisible by 16 separately)
-and an odd one spanning several tiles (64 and 45 under the interpreter). The output and every gradient the configuration computes (q, k, v, the tables)
-against :func:`~fairseq_urpe.kernels.reference.causal_urpe_attention_reference` computed in at least
+and an odd one spanning several tiles (64 and 45 under the interpreter). The output and every gradient
+the configuration computes (q, k, v, the tables) against :func:`~fairseq_urpe.kernels.reference.causal_urpe_attention_reference` computed in at least
 float32 from the same inputs (and, with dropout, the kernel's own mask). Error: ``max |fused - ref| /
 max |ref|`` per tensor (:func:`relative_error`); the report names every tensor over the tolerance and the
 largest error. Milliseconds on a GPU; it does not touch torch's random generators.
