@@ -26,11 +26,17 @@ KERNELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def load(name: str, path: str = None):
-    """``fairseq_urpe/kernels/<name>.py`` (or the file ``path``) as a standalone module (no fairseq import)."""
-    spec = importlib.util.spec_from_file_location(f"urpe_{name}", path or os.path.join(KERNELS, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """``fairseq_urpe/kernels/<name>.py`` (of the folder ``path``, a copy of ``fairseq_urpe/kernels``, if
+    given) as a module of that folder loaded as a standalone package (no fairseq import)."""
+    folder = os.path.abspath(path or KERNELS)
+    package = "urpe_kernels_" + re.sub(r"\W", "_", folder)
+    if package not in sys.modules:
+        spec = importlib.util.spec_from_file_location(package, os.path.join(folder, "__init__.py"),
+                                                      submodule_search_locations=[folder])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[package] = module
+        spec.loader.exec_module(module)
+    return importlib.import_module(f"{package}.{name}")
 
 
 # What the compile check covers: (capability, dtype, head dim, attention dropout[, variant]). The dropout
@@ -72,44 +78,28 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
     element, precision = {"bf16": ("bf16", "ieee"), "fp16": ("fp16", "ieee"), "fp32": ("fp32", "ieee"),
                           "fp32-tf32": ("fp32", "tf32")}[dtype]
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[element]
-    if hasattr(kernel, "architecture"):  # tiles per architecture (issue 16)
-        major, minor = divmod(capability, 10)
-        cfg = {**kernel.gpu_blocks(head_dim, torch_dtype, precision, (major, minor)), **(blocks or {})}
-    elif hasattr(kernel, "gpu_blocks"):
-        cfg = {**kernel.gpu_blocks(head_dim, torch_dtype, precision), **(blocks or {})}
-    else:  # the kernel before issue 10
-        cfg = {**kernel.GPU_BLOCKS, **(blocks or {})}
-        if head_dim > 64 and not blocks:
-            cfg.update(forward=(64, 64, 4), dkdv=(32, 64, 4), dq=(64, 32, 4))
+    tiles = load("tiles", os.path.dirname(kernel.__file__))
+    major, minor = divmod(capability, 10)
+    cfg = {**tiles.gpu_blocks(head_dim, torch_dtype, precision, (major, minor)), **(blocks or {})}
     pointers = {name: f"*{element}" for name in ("Q", "K", "V", "DO", "O", "Out", "DQ", "DK", "DV", "FarOut")}
-    pointers.update({name: "*fp32" for name in ("BIAS", "CTAB", "RowMax", "RowSum", "Delta", "DBIAS", "DC",
-                                                "FarMax", "FarSum", "FarDQ")})
+    pointers.update({name: "*fp32" for name in ("BIAS_TABLE", "C_TABLE", "RowMax", "RowSum", "Delta", "D_BIAS_TABLE",
+                                                "D_C_TABLE", "FarMax", "FarSum", "FarDQ")})
     pointers["PAD"], pointers["SEED"] = "*i8", "*i64"
     scalars = {"scale": "fp32", "dropout_p": "fp32", "seed": "i64", "qk_scale": "fp32", "log2e": "fp32",
                "keep_scale": "fp32", "keep_threshold": "i32"}
     common = dict(HAS_BIAS=tables[0], HAS_C=tables[1], HAS_PAD=padding, HAS_DROPOUT=dropout,
                   D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), PRECISION=precision, ACC=tl.float32,
                   EXP2=True)
-    in_dq = cfg["table_grads"] == "dq"
-    # The forward's far share (issue 16, round 4) where the kernel has it and a long sequence would use it.
-    far_share = hasattr(kernel, "far_share_fits") and kernel.far_share_fits(cfg, any(tables), padding)
-    # The backward's far-tile constexprs as a launch passes them (round 5: far tiles' dQ in dK/dV; the
-    # kernels of round 4 took the forward's tiles as BLOCK_M_F, BLOCK_N_F)
-    if hasattr(kernel, "far_flags"):
-        far_consts = kernel.far_flags(cfg, far_share)
-    else:
-        far_consts = {"dkdv": {}, "dq": dict(FAR_SUMS=far_share, BLOCK_M_F=cfg["forward"][0],
-                                             BLOCK_N_F=cfg["forward"][1])}
+    # The forward's far share where a long sequence would use it, and the backward's far-tile constexprs
+    far_share = tiles.far_share_fits(cfg, any(tables), padding)
+    far_consts = tiles.far_flags(cfg, far_share)
     far_dq = far_consts["dq"].get("FAR_DQ", False)
     jobs = {
-        "forward": (kernel._forward_kernel, cfg["forward"], dict(FAR_SUMS=far_share)),
-        "dkdv": (kernel._backward_dkdv_kernel, cfg["dkdv"],
-                 dict(BIAS_GRAD=tables[0] and not in_dq, C_GRAD=tables[1] and not in_dq,
-                      FAR_BRANCH=cfg.get("far_branch", False), **far_consts["dkdv"])),
-        "dq": (kernel._backward_dq_kernel, cfg["dq"], dict(BIAS_GRAD=tables[0] and in_dq, C_GRAD=tables[1] and in_dq,
-                                                           **far_consts["dq"])),
+        "forward": (kernel.forward_kernel, cfg["forward"], dict(FAR_SUMS=far_share)),
+        "dkdv": (kernel.dkdv_kernel, cfg["dkdv"], dict(**far_consts["dkdv"])),
+        "dq": (kernel.dq_kernel, cfg["dq"], dict(BIAS_GRAD=tables[0], C_GRAD=tables[1], **far_consts["dq"])),
         # delta = rowsum(dO ⊙ O) (no loop), and with the far share the far tiles' table gradients
-        "delta": (kernel._delta_kernel, (64, 1, 4, 1), dict(BLOCK=64, FAR_SUMS=far_share, BIAS_GRAD=tables[0] and far_share,
+        "delta": (kernel.delta_kernel, (64, 1, 4, 1), dict(BLOCK=64, FAR_SUMS=far_share, BIAS_GRAD=tables[0] and far_share,
                                                              C_GRAD=tables[1] and far_share)),
     }
     target = GPUTarget("cuda", capability, 32)
@@ -141,8 +131,6 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
             results[name]["far_share"] = list(cfg["forward"][:2])
         if far_dq and name in ("dkdv", "dq"):  # dK/dV's far tiles on this grid add dQ; dQ's far loop runs the rest
             results[name]["far_dq_grid"] = [far_consts["dkdv"]["FAR_M"], far_consts["dkdv"]["FAR_N"]]
-        if "FAR_BRANCH" in constexprs:  # near and far tiles in one loop: its PTX loops are not one per kind
-            results[name]["far_branch"] = bool(constexprs["FAR_BRANCH"])
         if report:
             r = results[name]
             print(f"sm_{capability} {dtype} d={head_dim}{' dropout' if dropout else ''} {name}: "
@@ -287,7 +275,7 @@ def main(argv=None):
     parser.add_argument("--compile-check", action="store_true",
                         help="compile for sm_90 and sm_80 (COMPILE_CONFIGS, or --dtype/--head-dim if given); no GPU needed")
     parser.add_argument("--kernel-file", default=None,
-                        help="compile this copy of fused_urpe_attention.py instead (e.g. an older commit's)")
+                        help="compile the kernels of this copy of fairseq_urpe/kernels instead (e.g. an older commit's)")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--length", type=int, default=2048)

@@ -9,7 +9,7 @@ JSON after every case, so a killed section keeps what it measured):
   bf16 and fp32 (TF32 on and off), head dims 64 and 128, padding, lengths that are no tile multiple,
   with and without attention dropout; and the attention module's fused path against its dense path.
 - ``guard_memory``: every kernel with all its tensors inside guard memory (benchmarks/guard_memory.py),
-  every table combination, both placements of the table gradients, lengths 1, 17, 129, 333.
+  every table combination, lengths 1, 17, 129, 333.
 - ``kernel_speed``: forward+backward time and peak memory at L = 512 .. 4096, head dim 64, bf16: the
   fused kernel (bias; bias and C; with dropout 0.1) against ``scaled_dot_product_attention`` with the
   flash backend (no bias) and with the memory-efficient backend and an additive bias (an RPE user's

@@ -28,11 +28,11 @@ def end_to_end(record: Record, args) -> None:
     def train(arch, impl):
         from fairseq.trainer import Trainer
 
-        import fairseq_urpe.modules.relative_multihead_attention as attention_module
+        from fairseq_urpe.kernels.dispatch import FusedBackend
 
         calls = []
-        real = attention_module.fused_relative_attention
-        attention_module.fused_relative_attention = lambda *a, **k: calls.append(1) or real(*a, **k)
+        real = FusedBackend.run
+        FusedBackend.run = lambda *a, **k: calls.append(1) or real(*a, **k)
         try:
             flags = extra + (["--urpe-attention-impl", impl] if impl else [])
             model, task, criterion, _, cfg = build(arch, length, vocab, flags, optimizer=False)
@@ -62,7 +62,7 @@ def end_to_end(record: Record, args) -> None:
             del trainer, model
             return result
         finally:
-            attention_module.fused_relative_attention = real
+            FusedBackend.run = real
             if GPU:
                 torch.cuda.empty_cache()
 

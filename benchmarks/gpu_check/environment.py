@@ -14,6 +14,7 @@ def environment(record: Record, args) -> None:
     import triton
 
     from fairseq_urpe.kernels import fused_urpe_attention as kernel
+    from fairseq_urpe.kernels import tiles
 
     info = {
         "torch": torch.__version__, "triton": triton.__version__, "python": sys.version.split()[0],
@@ -21,7 +22,7 @@ def environment(record: Record, args) -> None:
         "TRITON_CACHE_DIR": os.environ.get("TRITON_CACHE_DIR"),
         "allow_tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "compute_sanitizer": sanitizer_path(),
-        "tiles": {f"{dtype} d{d}": kernel.gpu_blocks(d, getattr(torch, dtype))
+        "tiles": {f"{dtype} d{d}": tiles.gpu_blocks(d, getattr(torch, dtype))
                   for dtype in ("bfloat16", "float32") for d in (64, 128)},
     }
     try:

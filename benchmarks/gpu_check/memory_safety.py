@@ -17,6 +17,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def guard_memory(record: Record, args) -> None:
     from benchmarks.guard_memory import GuardedTensors
     from fairseq_urpe.kernels import fused_urpe_attention as kernel
+    from fairseq_urpe.kernels import tiles
 
     tables = {"none": (False, False), "bias": (True, False), "toeplitz": (False, True), "both+dropout": (True, True)}
     if GPU:
@@ -26,10 +27,10 @@ def guard_memory(record: Record, args) -> None:
     else:
         lengths, dims, dtype = (45,), (16,), torch.float32
         tables = {k: v for k, v in tables.items() if k in ("none", "both+dropout")}
-    combos = [(d, t, n, p) for d in dims for n in lengths for t in tables for p in ("dq", "dkdv")
-              if (t != "none" or p == "dq") and (d == dims[0] or t == "both+dropout")]  # wider heads: one variant
+    combos = [(d, t, n) for d in dims for n in lengths for t in tables
+              if d == dims[0] or t == "both+dropout"]  # wider heads: one variant
 
-    def one(d, tname, length, placement):
+    def one(d, tname, length):
         has_bias, has_c = tables[tname]
         heads, batch = 2, 2
         g = GuardedTensors(DEVICE)
@@ -49,7 +50,7 @@ def guard_memory(record: Record, args) -> None:
         d_c = g.new("C gradient", (heads, length), torch.float32, zeros) if has_c else None
         dropout = 0.1 if "dropout" in tname else 0.0
         seed = g.new("seed", (1,), torch.int64, lambda s, t: torch.full(s, 7, dtype=t)) if dropout else None
-        cfg = {**kernel._blocks(torch.device(DEVICE), d, dtype, None), "table_grads": placement}
+        cfg = tiles.blocks_for(torch.device(DEVICE), d, dtype, None)
         kernel.launch_forward(q, k, v, bias, ctab, pad, out, row_max, row_sum, d ** -0.5, cfg, dropout, seed)
         delta.copy_((grad_out.float() * out.float()).sum(-1).reshape(batch * heads, length))
         kernel.launch_backward(q, k, v, bias, ctab, pad, grad_out, row_max, row_sum, delta, dq, dk, dv, d_bias, d_c,
@@ -60,8 +61,8 @@ def guard_memory(record: Record, args) -> None:
         finite = all(bool(torch.isfinite(x).all()) for x in (out, dq, dk, dv))
         return {"ok": not damaged and finite, "damaged": damaged, "finite": finite}
 
-    for d, t, n, p in cases(record, combos):
-        run_case(record, f"head dim {d}, {t}, T={n}, table gradients in {p}", lambda: one(d, t, n, p))
+    for d, t, n in cases(record, combos):
+        run_case(record, f"head dim {d}, {t}, T={n}", lambda: one(d, t, n))
 
 
 def sanitizer(record: Record, args) -> None:

@@ -64,10 +64,10 @@ MODEL_FAR = 113  # T5RelativeBias(H, 32, 128).constant_from: the default transfo
 
 @functools.lru_cache(maxsize=None)
 def _kernel_module():
-    """The kernel file, loaded once (its ``far_tiles`` holds the kernels' loop bounds)."""
+    """The kernels' tile module, loaded once (its ``far_tiles`` holds the kernels' loop bounds)."""
     from benchmarks.fused_kernel import load
 
-    return load("fused_urpe_attention")
+    return load("tiles")
 
 
 def kernel_cycles(kernel: str, usage: dict, far=None, head_dim: int = HEAD_DIM, length: int = LENGTH):

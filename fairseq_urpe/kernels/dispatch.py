@@ -3,9 +3,9 @@
 ``--urpe-attention-impl`` (``impl`` here):
   - ``dense``: always the dense path.
   - ``auto`` (default): the fused kernel where it can run (a CUDA tensor, Triton importable, float16 or
-    bfloat16, or float32 where torch allows TF32 matmuls, head dim <= 128, dot-product scores), the call
-    is one it computes, and the kernel passed its self-check in this configuration; the dense path
-    otherwise.
+    bfloat16, or float32 where torch allows TF32 matmuls, head dim <= 128, dot-product scores, an
+    attention-dropout rate its 8-bit thresholds hold within 10%: :mod:`.dropout_rate`), the call is one it
+    computes, and the kernel passed its self-check in this configuration; the dense path otherwise.
   - ``fused``: the fused kernel for every call it computes (float32 included, TF32 or not); an error
     naming the flag where this machine or configuration cannot run it or the self-check failed (on CPU
     it runs under Triton's interpreter when ``TRITON_INTERPRET=1``, slowly: that is how the tests run it).
@@ -14,18 +14,25 @@ Triton: the kernel uses the triton that came with torch (never a pinned one of i
 the versions in ``SUPPORTED_TRITON`` (tested: ``TESTED_TRITON``). With another, ``auto`` logs one warning
 and runs dense; ``fused`` raises naming the flag.
 
-Self-check (:mod:`.self_check`): the first call in each configuration (device, dtype, head dim, which
-tables, padding, dropout, TF32) runs a small forward+backward against the reference, in the caller's
-layout and scale, at two lengths. In ``auto`` a mismatch or an exception logs one warning with the
-measured error, and that configuration runs dense for the rest of the process.
+One decision per configuration: :func:`attention_backend` returns the :class:`FusedBackend` of the
+call's configuration (:func:`call_config`: device, dtype, head dim, which tables, padding, dropout, TF32,
+whether a backward runs and which tables get gradients), or ``None`` for the dense path; the module then
+calls ``backend.run(...)``. The backends, kept in ``_BACKENDS`` (the only record of decisions), hold:
+
+Self-check (:mod:`.self_check`): run by the first call of each configuration, a small forward (and
+backward, where the configuration has one) against the reference, in the caller's layout and scale, at
+two lengths. In ``auto`` a mismatch or an exception logs one warning with the measured error, and that
+configuration runs dense for the rest of the process.
 
 First launch of each specialisation: Triton compiles a separate kernel per launch signature (a length
-or stride divisible by 16 or equal to 1, 16-byte-aligned pointers, 64-bit integers), and a compile can
-fail on one where it passed on another (e.g. out of shared memory on a GPU with less of it). The first
-call of each new signature (:func:`launch_key`) runs the kernel forward and backward on the call's own
-inputs first; an exception or a non-finite output makes ``auto`` warn once and compute that signature
-densely for the rest of the process, and ``fused`` raise. (A kernel that corrupts memory can poison the
-CUDA context before any check sees it; the guard-memory tests in ``tests/kernels`` are there for that.)
+or stride divisible by 16 or equal to 1, 16-byte-aligned pointers, 64-bit integers, and the constexprs
+the call's sizes select, such as the forward's far share), and a compile can fail on one where it
+passed on another (e.g. out of shared memory on a GPU with less of it). The first call of each new
+signature (:func:`launch_key`) runs the kernel on the call's own inputs first, as the call will (forward,
+and backward where grad mode and the inputs want one); an exception or a non-finite output makes
+``auto`` warn once and compute that signature densely for the rest of the process, and ``fused`` raise.
+(A kernel that corrupts memory can poison the CUDA context before any check sees it; the guard-memory
+tests in ``tests/kernels`` are there for that.)
 
 Calls the kernel does not compute go to the dense path in every mode: incremental decoding, returning
 attention weights, and any mask other than fairseq's causal future mask (e.g. full-context alignment).
@@ -35,11 +42,13 @@ Imports only torch; triton is imported the first time the kernel is used.
 import logging
 import os
 import re
+import warnings
 from collections import OrderedDict
 from typing import Dict, Optional, Tuple
 
 import torch
 
+from . import dropout_rate
 from .self_check import KernelConfig, kernel_error
 
 logger = logging.getLogger(__name__)
@@ -52,20 +61,54 @@ _FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 SUPPORTED_TRITON = ((3, 7), (3, 10))
 TESTED_TRITON = ("3.7.1", "3.9.0")
 
-# Self-check verdicts of this process: None where the kernel passed, else what went wrong.
-_SELF_CHECKS: Dict[KernelConfig, Optional[str]] = {}
-# First launches of each specialisation (launch_key): None where the kernel ran, else what went wrong.
-_LAUNCHES: Dict[tuple, Optional[str]] = {}
-_WARNED = set()
+# The fused kernel's backends of this process, one per (impl, configuration): the self-check's verdict and
+# the first launches of each launch signature (FusedBackend). The only record of decisions.
+_BACKENDS: Dict[Tuple[str, KernelConfig], "FusedBackend"] = {}
+# Lines this process has logged or warned (log_once, _warn_nondeterministic_once): each is said once.
+_LOGGED = set()
 
 
-def _warn_once(key, message: str) -> None:
-    if key not in _WARNED:
-        _WARNED.add(key)
-        logger.warning(message)
+def log_once(line: str, level: int = logging.INFO) -> None:
+    """``line`` at ``level``, the first time this process says it."""
+    if line not in _LOGGED:
+        _LOGGED.add(line)
+        logger.log(level, line)
 
 
-def use_fused_attention(
+def log_path(fused: bool, why: str) -> bool:
+    """Log ``attention path: fused (<configuration>)`` or ``attention path: dense (<why>)`` once per process
+    for each distinct line (INFO, so a fairseq run's log names the path its attention took); returns ``fused``."""
+    log_once(f"attention path: {'fused' if fused else 'dense'} ({why})")
+    return fused
+
+
+NONDETERMINISTIC = ("the fused attention kernel adds gradients (dQ's far tiles, the tables') by float32 atomics, "
+                    "in no fixed order: its backward is not deterministic, although "
+                    "torch.use_deterministic_algorithms(True, warn_only=True) is on")
+
+
+def _warn_nondeterministic_once() -> None:
+    """With ``torch.use_deterministic_algorithms(True, warn_only=True)``, a ``UserWarning`` the first time
+    in the process that the fused path runs (torch's own rule for its nondeterministic ops, said once)."""
+    warn_only = torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+    if warn_only and NONDETERMINISTIC not in _LOGGED:
+        _LOGGED.add(NONDETERMINISTIC)
+        warnings.warn(NONDETERMINISTIC, UserWarning, stacklevel=3)
+
+
+def call_config(x: torch.Tensor, dropout_p: float, tables=(None, None), padding: bool = False) -> KernelConfig:
+    """The configuration of a call (:class:`KernelConfig`): ``x`` its ``v`` ``(B, H, T, d)``; ``tables`` its
+    ``(bias_table, c_table)`` (or ``None``); whether a backward will run (grad mode on and an input needing
+    gradients) and which tables get gradients, as torch's state says now."""
+    bias, c = tables
+    backward = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, bias, c))
+    tf32 = x.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32  # the kernel reads the flag per call
+    return KernelConfig(str(x.device), x.dtype, x.size(-1), bias is not None, c is not None, bool(padding),
+                        dropout_p > 0, tf32, backward, backward and bias is not None and bias.requires_grad,
+                        backward and c is not None and c.requires_grad)
+
+
+def attention_backend(
     impl: str,
     x: torch.Tensor,
     attn_mask: Optional[torch.Tensor],
@@ -73,13 +116,14 @@ def use_fused_attention(
     need_weights: bool,
     dropout_p: float,
     dot_product: bool = True,
-    tables=(True, True),
+    tables=(None, None),
     padding: bool = False,
-) -> bool:
-    """True where the fused kernel computes this self-attention call; ``x`` is its ``v`` (or ``q``, ``k``),
-    ``(B, H, T, d)``: only its device, dtype and shape are read. ``dropout_p``: the attention dropout
-    this call applies (0 when inactive); ``tables``: whether there is a position bias and a Toeplitz
-    reweighting; ``padding``: whether there is a key padding mask.
+) -> Optional["FusedBackend"]:
+    """The fused backend that computes this self-attention call (``backend.run(...)``), or ``None`` where
+    the dense path does. ``x`` is its ``v`` ``(B, H, T, d)`` (device, dtype, shape, ``requires_grad``
+    read); ``dropout_p``: the attention dropout this call applies (0 when inactive); ``tables``: the
+    ``(bias_table, c_table)`` the kernel would read (``None`` where absent); ``padding``: whether there is
+    a key padding mask.
 
     Raises ``RuntimeError`` naming the flag when ``impl == "fused"`` and the kernel cannot run here or
     failed its self-check.
@@ -87,59 +131,96 @@ def use_fused_attention(
     if impl not in IMPLS:
         raise ValueError(f"{FLAG} must be one of {', '.join(IMPLS)}; got {impl!r}")
     if impl == "dense":
-        return log_path(False, f"{FLAG} dense")
+        return _dense(f"{FLAG} dense")
     if incremental:
-        return log_path(False, "incremental decoding, which always runs dense")
+        return _dense("incremental decoding, which always runs dense")
     if need_weights:
-        return log_path(False, "the attention weights are asked for")
+        return _dense("the attention weights are asked for")
     reason = _why_not_fused(x, dropout_p, dot_product, forced=impl == "fused")
     if reason is not None and impl == "auto":
         if reason.startswith("triton "):  # a triton that is there but not one the kernel runs with: say so, once
-            _warn_once(("triton", reason), f"fused attention is off: {reason}; the dense attention runs instead "
-                                           f"({FLAG} dense silences this).")
-        return log_path(False, reason)
+            log_once(f"fused attention is off: {reason}; the dense attention runs instead ({FLAG} dense silences "
+                     f"this).", logging.WARNING)
+        return _dense(reason)
     if not is_future_mask(attn_mask, x.size(2)):
-        return log_path(False, "a mask other than fairseq's causal future mask")
+        return _dense("a mask other than fairseq's causal future mask")
     if reason is not None:
         raise RuntimeError(f"{FLAG} fused cannot run here: {reason}. Use {FLAG} auto (or dense).")
-    tf32 = x.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32  # the kernel reads the flag per call
-    config = KernelConfig(str(x.device), x.dtype, x.size(-1), bool(tables[0]), bool(tables[1]), bool(padding),
-                          dropout_p > 0, tf32)
-    if self_check_passed(impl, config):
-        return log_path(True, config.describe())
-    return log_path(False, f"the fused kernel failed its self-check on {config.describe()}")
+    config = call_config(x, dropout_p, tables, padding)
+    backend = fused_backend(impl, config)
+    if backend is None:
+        return _dense(f"the fused kernel failed its self-check on {config.describe()}")
+    _warn_nondeterministic_once()
+    if dropout_p > 0:  # the rate the kernel runs, once per rate (dropout_rate)
+        log_once(f"fused attention: {dropout_rate.describe(dropout_p)}")
+    log_path(True, config.describe())
+    return backend
 
 
-# Attention paths already logged by this process (log_path).
-_PATHS_LOGGED = set()
+def _dense(why: str) -> None:
+    log_path(False, why)
+    return None
 
 
-def log_path(fused: bool, why: str) -> bool:
-    """Log ``attention path: fused (<configuration>)`` or ``attention path: dense (<why>)`` once per process
-    for each distinct line (INFO, so a fairseq run's log names the path its attention took); returns ``fused``."""
-    line = f"attention path: {'fused' if fused else 'dense'} ({why})"
-    if line not in _PATHS_LOGGED:
-        _PATHS_LOGGED.add(line)
-        logger.info(line)
-    return fused
+def fused_backend(impl: str, config: KernelConfig) -> Optional["FusedBackend"]:
+    """The fused backend of ``config``, whose self-check runs the first time (see the module doc); ``None``
+    where it failed (``auto``, which warns once), ``RuntimeError`` naming the flag (``fused``)."""
+    if (impl, config) not in _BACKENDS:
+        _BACKENDS[impl, config] = FusedBackend(impl, config, kernel_error(config))
+    backend = _BACKENDS[impl, config]
+    if backend.self_check_error is None:
+        return backend
+    if impl == "fused":
+        raise RuntimeError(f"{FLAG} fused: the fused kernel failed its self-check on {config.describe()}: "
+                           f"{backend.self_check_error}. Use {FLAG} auto (which falls back to the dense attention) "
+                           f"or dense.")
+    return None
 
 
-def self_check_passed(impl: str, config: KernelConfig) -> bool:
-    """Whether the kernel passed its self-check in ``config`` (run on the first call); see the module doc."""
-    if config not in _SELF_CHECKS:
-        error = kernel_error(config)
-        _SELF_CHECKS[config] = error
-        if error is not None and impl == "auto":
+class FusedBackend:
+    """The fused kernel in one configuration (:class:`KernelConfig`) under one ``impl``: its self-check's
+    verdict, and the verdict of the first launch of each launch signature (:func:`launch_key`)."""
+
+    def __init__(self, impl: str, config: KernelConfig, self_check_error: Optional[str]):
+        self.impl, self.config, self.self_check_error = impl, config, self_check_error
+        self.launches: Dict[tuple, Optional[str]] = {}  # launch_key -> None where it ran, else what went wrong
+        if self_check_error is not None and impl == "auto":
             logger.warning(
-                f"fused attention failed its self-check on {config.describe()}: {error}. This configuration "
-                f"uses the dense attention for the rest of the process ({FLAG} dense silences this check; "
-                f"please report it with your GPU, torch and triton versions)."
+                f"fused attention failed its self-check on {config.describe()}: {self_check_error}. This "
+                f"configuration uses the dense attention for the rest of the process ({FLAG} dense silences this "
+                f"check; please report it with your GPU, torch and triton versions)."
             )
-    error = _SELF_CHECKS[config]
-    if error is not None and impl == "fused":
-        raise RuntimeError(f"{FLAG} fused: the fused kernel failed its self-check on {config.describe()}: {error}. "
-                           f"Use {FLAG} auto (which falls back to the dense attention) or dense.")
-    return error is None
+
+    def run(self, q, k, v, bias_table=None, c_table=None, key_padding_mask=None,
+            dropout_p=0.0) -> Optional[torch.Tensor]:
+        """Causal ``dropout(softmax(Q K^T + B) ⊙ C) V`` by the fused kernel; ``q`` (B, H, T, d) already
+        scaled (and q, k already rotated, for RoPE); ``bias_table``, ``c_table``: ``(H, n)`` values at
+        causal distances ``0, 1, ...``, the last for every distance past it (or ``None``). The dropout mask
+        comes from torch's generator on q's device (``--seed`` makes it reproducible).
+
+        The first call of each launch signature runs the kernel on these inputs first, as this call will
+        (forward, and backward where one will run): where that fails, ``auto`` warns once and returns
+        ``None`` (the caller computes the dense attention), and ``fused`` raises naming the flag.
+        """
+        from . import fused_urpe_attention as kernel  # imports triton
+
+        if key_padding_mask is not None:
+            key_padding_mask = key_padding_mask.to(torch.bool)
+        inputs = (q, k, v, bias_table, c_table, key_padding_mask)
+        key = launch_key(*inputs, dropout_p=dropout_p)
+        if key not in self.launches:
+            self.launches[key] = first_launch_error(kernel.fused_causal_urpe_attention, *inputs, dropout_p=dropout_p)
+        error = self.launches[key]
+        if error is not None:
+            what = (f"the fused kernel failed at its first launch for "
+                    f"{describe_launch(q, key_padding_mask, dropout_p)}: {error}")
+            if self.impl == "fused":
+                raise RuntimeError(f"{FLAG} fused: {what}. Use {FLAG} auto (which falls back to the dense attention) "
+                                   f"or dense.")
+            log_once(f"{what}. Calls like it use the dense attention for the rest of the process ({FLAG} dense "
+                     f"silences this; please report it with your GPU, torch and triton versions).", logging.WARNING)
+            return None
+        return kernel.fused_causal_urpe_attention(*inputs, scale=1.0, dropout_p=dropout_p)
 
 
 def _why_not_fused(x: torch.Tensor, dropout_p: float, dot_product: bool, forced: bool) -> Optional[str]:
@@ -152,10 +233,9 @@ def _why_not_fused(x: torch.Tensor, dropout_p: float, dot_product: bool, forced:
         return f"head dim {x.size(-1)} exceeds the kernel's 128"
     if x.size(0) * x.size(1) > 65535:
         return f"batch x heads = {x.size(0) * x.size(1)} exceeds the kernel grid's 65535"
-    if not 0 <= dropout_p < 1:
-        return f"attention dropout {dropout_p} is not in [0, 1)"
-    if dropout_p > 0 and round(dropout_p * 256) >= 256:
-        return f"attention dropout {dropout_p} rounds to dropping everything at the kernel's 8-bit resolution"
+    problem = dropout_rate.rate_problem(dropout_p)
+    if problem is not None:
+        return problem + ("; the dense attention runs it at the rate asked" if not forced else "")
     if x.dtype == torch.float32 and not forced and not torch.backends.cuda.matmul.allow_tf32:
         # Full-precision products run without tensor cores: slower than the dense path's matmuls.
         return "float32 without TF32 (torch.backends.cuda.matmul.allow_tf32 is off)"
@@ -221,51 +301,25 @@ def is_future_mask(attn_mask: Optional[torch.Tensor], length: int) -> bool:
     return causal
 
 
-def fused_relative_attention(q, k, v, bias_table=None, c_table=None, key_padding_mask=None,
-                             dropout_p=0.0, impl: str = "fused") -> Optional[torch.Tensor]:
-    """Causal ``dropout(softmax(Q K^T + B) ⊙ C) V`` by the fused kernel; ``q`` (B, H, T, d) already scaled
-    (and q, k already rotated, for RoPE); ``bias_table``, ``c_table``: ``(H, n)`` values at causal
-    distances ``0, 1, ...``, the last for every distance past it (or ``None``). The dropout mask comes from
-    torch's generator on q's device (``--seed`` makes it reproducible).
-
-    The first call of each launch signature (:func:`launch_key`) runs the kernel on these inputs first
-    (forward and backward): where that fails, ``impl == "auto"`` warns once and returns ``None`` (the caller
-    computes the dense attention), and ``"fused"`` raises naming the flag.
-    """
-    from .fused_urpe_attention import fused_causal_urpe_attention  # imports triton
-
-    if key_padding_mask is not None:
-        key_padding_mask = key_padding_mask.to(torch.bool)
-    inputs = (q, k, v, bias_table, c_table, key_padding_mask)
-    key = launch_key(*inputs, dropout_p=dropout_p)
-    if key not in _LAUNCHES:
-        _LAUNCHES[key] = first_launch_error(fused_causal_urpe_attention, *inputs, dropout_p=dropout_p)
-    error = _LAUNCHES[key]
-    if error is not None:
-        what = f"the fused kernel failed at its first launch for {describe_launch(q, key_padding_mask, dropout_p)}: {error}"
-        if impl == "fused":
-            raise RuntimeError(f"{FLAG} fused: {what}. Use {FLAG} auto (which falls back to the dense attention) or dense.")
-        _warn_once(("launch", key), f"{what}. Calls like it use the dense attention for the rest of the process "
-                                    f"({FLAG} dense silences this; please report it with your GPU, torch and triton versions).")
-        return None
-    return fused_causal_urpe_attention(*inputs, scale=1.0, dropout_p=dropout_p)
-
-
 def _specialisation(value: int) -> Tuple[bool, bool, bool]:
     """What Triton specialises an integer argument on: equal to 1, divisible by 16, 64-bit."""
     return value == 1, value % 16 == 0, not -2**31 <= value < 2**31
 
 
 def launch_key(q, k, v, bias_table=None, c_table=None, key_padding_mask=None, dropout_p=0.0) -> tuple:
-    """What selects the compiled kernels of a call: the configuration, and every integer argument's and
-    pointer's specialisation (the backward's upstream gradient is assumed laid out like the output)."""
+    """What selects the compiled kernels of a call: its configuration (:func:`call_config`, grad mode and
+    the tables' gradients included), every integer argument's and pointer's specialisation (the
+    backward's upstream gradient is assumed laid out like the output), and the constexprs the kernel
+    picks from the call's sizes (``launch_variant``: the forward's far share and the backward's far tiles)."""
+    from .fused_urpe_attention import launch_variant  # imports triton
+
+    config = call_config(q, dropout_p, (bias_table, c_table), key_padding_mask is not None)
     integers = [q.size(1), q.size(2), q.size(0) * q.size(1), *q.stride(), *k.stride(), *v.stride()]
     last = [min(t.size(1), q.size(2)) - 1 for t in (bias_table, c_table) if t is not None]
     integers += last + [max(last) if last else q.size(2)]  # LAST_B, LAST_C, FAR (the kernel's table_reach)
     pointers = [x.data_ptr() % 16 == 0 for x in (q, k, v)]
-    tf32 = q.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
-    return (str(q.device), q.dtype, q.size(-1), bias_table is not None, c_table is not None,
-            key_padding_mask is not None, dropout_p > 0, tf32, tuple(map(_specialisation, integers)), tuple(pointers))
+    variant = launch_variant(q, bias_table, c_table, key_padding_mask, config.bias_grad or config.c_grad)
+    return config, tuple(map(_specialisation, integers)), tuple(pointers), variant
 
 
 def describe_launch(q, key_padding_mask, dropout_p) -> str:
@@ -276,16 +330,21 @@ def describe_launch(q, key_padding_mask, dropout_p) -> str:
 
 
 def first_launch_error(kernel, q, k, v, bias_table=None, c_table=None, key_padding_mask=None, dropout_p=0.0):
-    """``None`` where ``kernel`` runs forward and backward on these inputs (their own layout and sizes,
-    detached) with finite results; else what went wrong. Leaves torch's random state as it was."""
+    """``None`` where ``kernel`` runs on these inputs (their own layout and sizes, detached) as the call
+    will, with finite results: forward, and backward to the inputs that need gradients where grad mode is
+    on (so a call under ``no_grad`` or with frozen tables checks the variant it runs); else what went
+    wrong. Leaves torch's random state as it was."""
     seed = torch.zeros(1, dtype=torch.int64, device=q.device) if dropout_p > 0 else None
+    inputs = (q, k, v, bias_table, c_table)
+    backward = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in inputs)
     try:
-        with torch.inference_mode(False), torch.enable_grad():
+        with torch.inference_mode(False), torch.set_grad_enabled(backward):
             # inference-mode tensors cannot enter autograd: those are copied (with their strides)
-            leaves = [None if x is None else (x.detach().clone() if x.is_inference() else x.detach()).requires_grad_()
-                      for x in (q, k, v, bias_table, c_table)]
+            leaves = [None if x is None else (x.detach().clone() if x.is_inference() else x.detach())
+                      .requires_grad_(backward and x.requires_grad) for x in inputs]
             out = kernel(*leaves, key_padding_mask, scale=1.0, dropout_p=dropout_p, dropout_seed=seed)
-            grads = torch.autograd.grad(out, [x for x in leaves if x is not None], torch.ones_like(out))
+            wanted = [x for x in leaves if x is not None and x.requires_grad]
+            grads = torch.autograd.grad(out, wanted, torch.ones_like(out)) if wanted else ()
     except Exception as error:  # compile error, out of resources, grid limits, ...
         return f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
     if not all(bool(torch.isfinite(x).all()) for x in (out, *grads)):

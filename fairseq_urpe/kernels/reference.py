@@ -1,7 +1,7 @@
 """Plain PyTorch reference of the fused kernel's math, with the ``T x T`` matrices written out.
 
     S = scale Q K^T + B (+ padded keys at the dtype's lowest value, future keys at -inf)
-    O = (softmax(S) ⊙ C ⊙ Z) V      B_ij = bias_by_distance[h, min(i - j, n - 1)],  C likewise
+    O = (softmax(S) ⊙ C ⊙ Z) V      B_ij = bias_table[h, min(i - j, n - 1)],  C likewise
 
 An ``(H, n)`` table's last entry holds for every distance past it.
 
@@ -21,8 +21,8 @@ def causal_urpe_attention_reference(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    bias_by_distance: Optional[torch.Tensor] = None,
-    c_by_distance: Optional[torch.Tensor] = None,
+    bias_table: Optional[torch.Tensor] = None,
+    c_table: Optional[torch.Tensor] = None,
     key_padding_mask: Optional[torch.Tensor] = None,
     scale: Optional[float] = None,
     dropout_mask: Optional[torch.Tensor] = None,
@@ -36,14 +36,14 @@ def causal_urpe_attention_reference(
     positions = torch.arange(length, device=q.device)
     distance = positions[:, None] - positions[None, :]  # (T, T): i - j
     index = distance.clamp(min=0)  # future keys read entry 0; the causal mask removes them
-    if bias_by_distance is not None:
-        scores = scores + bias_by_distance.to(dtype)[:, index.clamp(max=bias_by_distance.size(1) - 1)]  # (H, T, T)
+    if bias_table is not None:
+        scores = scores + bias_table.to(dtype)[:, index.clamp(max=bias_table.size(1) - 1)]  # (H, T, T)
     if key_padding_mask is not None:
         scores = scores.masked_fill(key_padding_mask.to(torch.bool)[:, None, None, :], torch.finfo(dtype).min)
     scores = scores.masked_fill(distance < 0, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
-    if c_by_distance is not None:
-        weights = weights * c_by_distance.to(dtype)[:, index.clamp(max=c_by_distance.size(1) - 1)]
+    if c_table is not None:
+        weights = weights * c_table.to(dtype)[:, index.clamp(max=c_table.size(1) - 1)]
     if dropout_mask is not None:
         weights = weights * dropout_mask.to(dtype)
     return torch.matmul(weights.to(v.dtype), v)  # (B, H, T, d)

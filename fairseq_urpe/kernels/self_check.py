@@ -1,13 +1,15 @@
 """The fused kernel checks itself on first use: a small forward+backward against the plain reference.
 
 One check per configuration the kernel is compiled for (:class:`KernelConfig`: device, dtype, head dim,
-which tables, padding, dropout, TF32 for float32), on inputs of that configuration laid out as the
+which tables, padding, dropout, TF32 for float32, whether a backward runs and which tables get gradients:
+a call under ``no_grad`` runs the forward alone, and without table gradients the forward stores no far
+share, each a variant of its own, checked as it runs), on inputs of that configuration laid out as the
 attention module passes them: ``B = 2, H = 2``, q, k, v and the upstream gradient views of ``(T, B, H d)``
 tensors (fairseq's layout, permuted to ``(B, H, T, d)``), q scaled by ``1 / sqrt(d)`` beforehand and the
 kernel's scale 1, tables of ``T // 4`` and ``T // 5`` entries (so that far and near tiles both run); at two
 lengths (:func:`check_lengths`): a multiple of 128 (Triton compiles lengths divisible by 16 separately)
-and an odd one spanning several tiles (64 and 45 under the interpreter). The output and every gradient (q, k, v, both tables)
-against :func:`~fairseq_urpe.kernels.reference.causal_urpe_attention_reference` computed in at least
+and an odd one spanning several tiles (64 and 45 under the interpreter). The output and every gradient
+the configuration computes (q, k, v, the tables) against :func:`~fairseq_urpe.kernels.reference.causal_urpe_attention_reference` computed in at least
 float32 from the same inputs (and, with dropout, the kernel's own mask). Error: ``max |fused - ref| /
 max |ref|`` per tensor (:func:`relative_error`); the report names every tensor over the tolerance and the
 largest error. Milliseconds on a GPU; it does not touch torch's random generators.
@@ -38,11 +40,17 @@ class KernelConfig(NamedTuple):
     padding: bool
     dropout: bool
     tf32: bool = False  # float32 with TF32 products (torch.backends.cuda.matmul.allow_tf32): another variant
+    backward: bool = True  # a backward runs (grad mode on, an input needing gradients)
+    bias_grad: bool = True  # the bias table gets a gradient (False: frozen, or no backward, or no bias)
+    c_grad: bool = True  # the Toeplitz table gets a gradient: with bias_grad, the forward's far share
 
     def describe(self) -> str:
         tables = " + ".join(name for name, on in (("bias", self.bias), ("Toeplitz C", self.toeplitz)) if on) or "no tables"
+        frozen = [name for name, on, grad in (("bias", self.bias, self.bias_grad), ("Toeplitz C", self.toeplitz,
+                                                                                     self.c_grad)) if on and not grad]
         extras = "".join([", padding" if self.padding else "", ", attention dropout" if self.dropout else "",
-                          ", TF32" if self.tf32 else ""])
+                          ", TF32" if self.tf32 else "", "" if self.backward else ", no backward",
+                          f", frozen {' + '.join(frozen)}" if frozen and self.backward else ""])
         return f"{self.device}, {str(self.dtype).replace('torch.', '')}, head dim {self.head_dim}, {tables}{extras}"
 
 
@@ -86,8 +94,8 @@ def _worst(errors: dict, accepted: float):
 def kernel_errors(config: KernelConfig, length: Optional[int] = None, batch: int = 2, heads: int = 2):
     """``{tensor: max |fused - ref| / max |ref|}`` for the output and every gradient, on the check's
     inputs (``length`` default: the first of :func:`check_lengths`); exceptions of the kernel propagate."""
-    # Whatever the caller runs under (no_grad, inference_mode, autocast), the check needs plain autograd.
-    with torch.inference_mode(False), torch.enable_grad():
+    # Whatever the caller runs under (no_grad, inference_mode, autocast), the check sets its own grad mode.
+    with torch.inference_mode(False):
         return _kernel_errors(config, length, batch, heads)
 
 
@@ -107,14 +115,19 @@ def _kernel_errors(config: KernelConfig, length: Optional[int], batch: int, head
         """(T, B, H d) -> the (B, H, T, d) view the attention module passes (strides (H d, d, B H d, 1))."""
         return x.to(device, config.dtype).view(length, batch, heads, d).permute(1, 2, 0, 3)
 
-    # q as the module scales it (by 1 / sqrt(d), before the kernel, which then scales by 1)
-    q = caller_layout(randn(length, batch, heads * d) / math.sqrt(d)).detach().requires_grad_()
-    k, v = (caller_layout(randn(length, batch, heads * d)).detach().requires_grad_() for _ in range(2))
+    # q as the module scales it (by 1 / sqrt(d), before the kernel, which then scales by 1); gradients where
+    # the configuration's call wants them (no backward: the forward alone; frozen tables: none for them)
+    backward = config.backward
+    q = caller_layout(randn(length, batch, heads * d) / math.sqrt(d)).detach().requires_grad_(backward)
+    k, v = (caller_layout(randn(length, batch, heads * d)).detach().requires_grad_(backward) for _ in range(2))
     wide = torch.promote_types(config.dtype, torch.float32)  # the tables' and the reference's dtype
     # tables shorter than T, as the module passes T5's and clipped ones: far tiles (past both tables' ends)
     # and near ones reading each table's last entry past its end, at different distances for b and c
-    bias = randn(heads, max(1, length // 4)).to(device, wide).requires_grad_() if config.bias else None
-    c = (randn(heads, max(1, length // 5)).abs() + 0.5).to(device, wide).requires_grad_() if config.toeplitz else None
+    bias = c = None
+    if config.bias:
+        bias = randn(heads, max(1, length // 4)).to(device, wide).requires_grad_(backward and config.bias_grad)
+    if config.toeplitz:
+        c = (randn(heads, max(1, length // 5)).abs() + 0.5).to(device, wide).requires_grad_(backward and config.c_grad)
     pad = None
     if config.padding:
         pad = torch.zeros(batch, length, dtype=torch.bool)
@@ -124,20 +137,21 @@ def _kernel_errors(config: KernelConfig, length: Optional[int], batch: int, head
     upstream = caller_layout(randn(length, batch, heads * d))
     scale = 1.0
     leaves = [("q", q), ("k", k), ("v", v), ("bias table", bias), ("Toeplitz table", c)]
-    leaves = [(name, x) for name, x in leaves if x is not None]
-    with torch.enable_grad(), torch.autocast(device.type, enabled=False):
+    leaves = [(name, x) for name, x in leaves if x is not None and x.requires_grad]
+    with torch.set_grad_enabled(backward), torch.autocast(device.type, enabled=False):
         seed, mask = None, None
         if config.dropout:
             seed = torch.tensor([20240521], dtype=torch.int64, device=device)
             mask = kernel.attention_dropout_mask(seed, batch, heads, length, CHECK_DROPOUT)
         out = kernel.fused_causal_urpe_attention(q, k, v, bias, c, pad, scale, CHECK_DROPOUT if config.dropout else 0.0,
                                                  seed)
-        got = (out,) + torch.autograd.grad(out, [x for _, x in leaves], upstream)
-        ref_leaves = [x.detach().to(wide).requires_grad_() for _, x in leaves]
-        named = dict(zip([name for name, _ in leaves], ref_leaves))
+        got = (out,) + (torch.autograd.grad(out, [x for _, x in leaves], upstream) if leaves else ())
+        named = {name: x.detach().to(wide).requires_grad_() for name, x in leaves}
+        plain = {"q": q, "k": k, "v": v, "bias table": bias, "Toeplitz table": c}
+        ref = {name: named.get(name, None if x is None else x.detach().to(wide)) for name, x in plain.items()}
         want = causal_urpe_attention_reference(
-            named["q"], named["k"], named["v"], named.get("bias table"), named.get("Toeplitz table"), pad, scale, mask)
-        expected = (want,) + torch.autograd.grad(want, ref_leaves, upstream.to(wide))
+            ref["q"], ref["k"], ref["v"], ref["bias table"], ref["Toeplitz table"], pad, scale, mask)
+        expected = (want,) + (torch.autograd.grad(want, list(named.values()), upstream.to(wide)) if leaves else ())
     names = ["output"] + [f"gradient of the {name}" for name, _ in leaves]
     return {name: relative_error(a, b) for name, a, b in zip(names, got, expected)}
 

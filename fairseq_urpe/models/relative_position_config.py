@@ -76,11 +76,18 @@ class RelativePositionConfig(FairseqDataclass):
     urpe_attention_impl: ATTENTION_IMPL_CHOICES = field(
         default="auto",
         metadata={
-            "help": "'auto': the fused Triton kernel where it can run (CUDA, a supported triton, float16/bfloat16 "
-            "or TF32 float32, head dim <= 128, dot-product scores, fairseq's causal mask) and passed its first-use "
-            "self-check, else dense; 'fused': the kernel, or an error naming this flag where it cannot run "
-            "(for GPU runs that must not fall back); 'dense': plain PyTorch. Incremental decoding always runs "
-            "dense. The log names the path taken ('attention path: ...')"
+            "help": "'auto': the fused Triton kernel for a call where all of these hold, else the dense path: "
+            "CUDA tensors; a supported triton (the one torch brings); float16, bfloat16, or float32 with TF32 "
+            "allowed (torch.backends.cuda.matmul.allow_tf32); head dim <= 128; batch x heads <= 65535; "
+            "dot-product scores; fairseq's causal mask; no attention weights asked for; not incremental "
+            "decoding (always dense); torch.use_deterministic_algorithms not on without warn_only; the "
+            "kernel passed its first-use self-check in this configuration and the first launch of this "
+            "launch signature. Attention dropout runs inside the kernel at round(256 p) / 256, kept entries "
+            "scaled by the inverse of the keep rate (--attention-dropout 0.1: 26/256 = 0.1016, kept entries x "
+            "1.1130); a rate more than 10% from that (0.001 would be 0, 0.01 would be 0.0117) runs dense, and "
+            "is an error under 'fused'. 'fused': the kernel, or an error "
+            "naming this flag where it cannot run (for GPU runs that must not fall back); 'dense': plain "
+            "PyTorch. The log names the path taken ('attention path: ...')"
         },
     )
     absolute_positions: bool = field(

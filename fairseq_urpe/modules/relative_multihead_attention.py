@@ -18,7 +18,7 @@ import torch
 from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
-from ..kernels.dispatch import fused_relative_attention, use_fused_attention
+from ..kernels.dispatch import attention_backend
 from .position_tables import PositionModules, PositionTables, rotate
 from .precision import at_least_float32
 from .reweighted_softmax import expand_by_distance, softmax_reweight_values
@@ -151,11 +151,11 @@ class RelativeMultiheadAttention(MultiheadAttention):
 
         dropout_active = self.dropout_module.p > 0 and (self.training or self.dropout_module.apply_during_inference)
         dropout_p = self.dropout_module.p if dropout_active else 0.0
-        if use_fused_attention(self.attention_impl, v, attn_mask, incremental_state is not None, need_weights,
-                               dropout_p, self.dot_product, padding=key_padding_mask is not None,
-                               tables=(tables.bias is not None, tables.reweight is not None)):
-            out = fused_relative_attention(q, k, v, *tables.kernel_tables(), key_padding_mask, dropout_p=dropout_p,
-                                           impl=self.attention_impl)
+        kernel_tables = tables.kernel_tables() if self.attention_impl != "dense" else (None, None)
+        backend = attention_backend(self.attention_impl, v, attn_mask, incremental_state is not None, need_weights,
+                                    dropout_p, self.dot_product, kernel_tables, padding=key_padding_mask is not None)
+        if backend is not None:
+            out = backend.run(q, k, v, *kernel_tables, key_padding_mask, dropout_p=dropout_p)
             if out is not None:  # None: auto, and this launch signature failed its first launch (dense below)
                 return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None  # out (B, H, T, d)
 

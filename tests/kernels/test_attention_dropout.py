@@ -5,18 +5,25 @@ equal the reference and the attention module's dense path fed that same mask, fo
 gradient, and the mask must keep 1 - p of the entries, independently of each other.
 """
 
+import logging
+import os
+
 import numpy as np
 import pytest
 import torch
 
 pytest.importorskip("triton")
 
+from fairseq_urpe.kernels import dispatch, dropout_rate  # noqa: E402
 from fairseq_urpe.kernels import fused_urpe_attention as kernel  # noqa: E402
+from fairseq_urpe.kernels.dispatch import attention_backend  # noqa: E402
 from fairseq_urpe.kernels.fused_urpe_attention import attention_dropout_mask, fused_causal_urpe_attention  # noqa: E402
 from fairseq_urpe.kernels.reference import causal_urpe_attention_reference  # noqa: E402
 from tests.attention_builders import EMBED, HEADS, make_t5_attention  # noqa: E402
 from tests.kernels.kernel_inputs import make_inputs  # noqa: E402
 from tests.reference import causal_mask  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.every_triton  # also under the second triton (scripts/test.sh): dropout's variants
@@ -39,15 +46,56 @@ def test_fused_dropout_equals_the_reference_fed_the_kernels_mask_forward_and_bac
     assert not torch.allclose(out, causal_urpe_attention_reference(q, k, v, bias, c, pad, 0.25))
 
 
-@pytest.mark.parametrize("p", [0.1, 0.3, 0.77])
-def test_dropout_keeps_at_the_8_bit_rate_and_its_mean_is_exactly_one(p):
-    """Kept when the 8-bit uniform is at least t = round(256 p): probability (256 - t) / 256, which the
-    kept entries' scale inverts exactly, so E[Z] = 1 (not 1 - p times 1 / (1 - p) with p off the grid)."""
+def stated_rates():
+    """The rate and kept-entry scale the docs state for the recipe's attention dropout 0.1 (the flag's
+    help, the WikiText-103 README) and for 0.3 (the kernel's dropout_rate module)."""
+    from fairseq_urpe.models.relative_position_config import RelativePositionConfig
+
+    help_text = " ".join(RelativePositionConfig.__dataclass_fields__["urpe_attention_impl"].metadata["help"].split())
+    with open(os.path.join(REPO, "examples", "wikitext103", "README.md")) as f:
+        readme = " ".join(f.read().split())
+    return {0.1: (help_text, readme, dropout_rate.__doc__), 0.3: (dropout_rate.__doc__,)}
+
+
+@pytest.mark.parametrize("p", [0.001, 0.01, 0.1, 0.3, 0.77])
+def test_dropout_runs_at_the_stated_8_bit_rate_or_the_dense_path_runs_it(p, monkeypatch, caplog):
+    """Where the 8-bit rate t / 256 (t = round(256 p)) is within 10% of p, the kernel keeps an entry with
+    probability (256 - t) / 256 (binomial bound, five standard deviations) and scales it by exactly the
+    inverse, so E[Z] = 1; the docs state that rate. Elsewhere (0.001 would be no dropout, 0.01 would be
+    0.0117) auto takes the dense path and logs why, fused and the kernel refuse naming the rate, and the
+    dense path drops at p (never 0)."""
+    effective = dropout_rate.effective_rate(p)
+    x = torch.zeros(2, 3, 6, 16, dtype=torch.float64)
+    monkeypatch.setattr(dispatch, "_LOGGED", set())
+    if abs(effective - p) > 0.1 * p:
+        with caplog.at_level(logging.INFO, logger=dispatch.__name__):
+            assert attention_backend("auto", x, causal_mask(6), False, False, p) is None
+        lines = [r.getMessage() for r in caplog.records]
+        assert [line for line in lines if f"attention dropout {p:g} (--attention-dropout) would run at" in line
+                and "the dense attention runs it at the rate asked" in line], lines
+        with pytest.raises(RuntimeError, match=rf"--urpe-attention-impl fused cannot run here: attention dropout "
+                                               rf"{p:g} \(--attention-dropout\) would run at"):
+            attention_backend("fused", x, causal_mask(6), False, False, p)
+        with pytest.raises(ValueError, match="more than 10% from the rate asked"):
+            fused_causal_urpe_attention(x, x, x, dropout_p=p)
+        attn = make_t5_attention("urpe_unique", seed=3, dropout=p).train()
+        n = 10**6
+        dropped = (attn.dropout_module(torch.ones(n, dtype=torch.float64)) == 0).double().mean().item()
+        assert abs(dropped - p) < 5 * (p * (1 - p) / n) ** 0.5 and dropped > 0
+        return
     threshold, keep_scale = kernel.dropout_keep(p)
     assert threshold == round(256 * p) and keep_scale * (256 - threshold) / 256 == pytest.approx(1.0, abs=1e-15)
+    for text in stated_rates().get(p, ()):
+        assert f"{effective:.4f}" in text and f"{keep_scale:.4f}" in text, text
+    with caplog.at_level(logging.INFO, logger=dispatch.__name__):
+        for _ in range(2):
+            assert attention_backend("fused", x, causal_mask(6), False, False, p)
+    stated = [r.getMessage() for r in caplog.records if r.getMessage().startswith("fused attention: attention dropout")]
+    assert stated == [f"fused attention: attention dropout {p:g} runs at {threshold}/256 = {effective:.4f}, "
+                      f"kept entries x {keep_scale:.4f}"], stated
     z = attention_dropout_mask(torch.tensor([31337]), 2, 2, 192, p).double()  # (B, H, T, T)
     kept = (z > 0).double()
-    keep = (256 - threshold) / 256
+    keep = 1 - effective
     n = z.numel()
     assert abs(kept.mean().item() - keep) < 5 * (keep * (1 - keep) / n) ** 0.5  # five standard deviations
     assert torch.all((z == 0) | (z == torch.tensor(keep_scale, dtype=torch.float32).double()))

@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("triton")
 
 from fairseq_urpe.kernels import dispatch  # noqa: E402
-from fairseq_urpe.kernels.dispatch import is_future_mask, use_fused_attention  # noqa: E402
+from fairseq_urpe.kernels.dispatch import attention_backend, is_future_mask  # noqa: E402
 from tests.models.conftest import build_lm, dict_dir  # noqa: E402,F401  (fixtures)
 from tests.attention_builders import EMBED, HEADS, make_bias, make_t5_attention, one_case_per_kind  # noqa: E402
 from tests.reference import causal_mask  # noqa: E402
@@ -25,7 +25,7 @@ def q_like(device="cpu", dtype=torch.float32, length=6, head_dim=16):
 def decide(impl, q=None, attn_mask="causal", incremental=False, need_weights=False, dropout=0.0, dot_product=True):
     q = q_like() if q is None else q
     mask = causal_mask(q.size(2), torch.float32) if attn_mask == "causal" else attn_mask
-    return use_fused_attention(impl, q, mask, incremental, need_weights, dropout, dot_product)
+    return attention_backend(impl, q, mask, incremental, need_weights, dropout, dot_product) is not None
 
 
 def test_fused_is_chosen_only_for_full_causal_calls_without_weights():
@@ -64,19 +64,31 @@ def test_forced_fused_on_cpu_without_the_interpreter_or_without_triton_is_an_err
         decide("flash")
 
 
-def test_deterministic_algorithms_take_the_dense_path():
+def test_deterministic_algorithms_take_the_dense_path_and_warn_only_warns_once(monkeypatch):
     """The kernel adds gradients by atomics (in no fixed order): with torch's deterministic algorithms on,
-    ``auto`` runs dense and ``fused`` is an error naming the flag; ``warn_only`` lets the kernel run."""
+    ``auto`` runs dense and ``fused`` is an error naming the flag; ``warn_only`` lets the kernel run, with
+    one UserWarning per process saying that its backward is not deterministic."""
+    import warnings
+
+    monkeypatch.setattr(dispatch, "_LOGGED", set())
     torch.use_deterministic_algorithms(True)
     try:
         with pytest.raises(RuntimeError, match="fused cannot run here: torch.use_deterministic_algorithms"):
             decide("fused")
         assert not decide("auto")
         torch.use_deterministic_algorithms(True, warn_only=True)
-        assert decide("fused")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert decide("fused") and decide("fused") and decide("fused", q_like(length=9))
+        found = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+        assert len(found) == 1 and "atomics" in found[0] and "not deterministic" in found[0], found
     finally:
         torch.use_deterministic_algorithms(False)
-    assert decide("fused")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        monkeypatch.setattr(dispatch, "_LOGGED", set())
+        assert decide("fused")  # deterministic algorithms off: no warning
+    assert not [w for w in caught if "not deterministic" in str(w.message)]
 
 
 def test_future_mask_check_accepts_only_fairseqs_causal_mask_and_notices_in_place_changes():
@@ -92,31 +104,31 @@ def test_future_mask_check_accepts_only_fairseqs_causal_mask_and_notices_in_plac
 
 
 class Calls(list):
-    """The calls of a spied function; ``tables``: the (bias, c) tables each call passed."""
+    """The calls of the fused backend's ``run``; ``tables``: the (bias, c) tables each call passed."""
 
     def __init__(self):
         super().__init__()
         self.tables = []
 
 
-def spy(fn, calls):
-    """``fn`` that also appends to ``calls`` each time it runs."""
+def spy_runs(monkeypatch, calls):
+    """Make every fused backend's ``run`` also append to ``calls``."""
+    run = dispatch.FusedBackend.run
 
-    def wrapped(*args, **kwargs):
+    def wrapped(self, *args, **kwargs):
         calls.append(1)
         if isinstance(calls, Calls):
             calls.tables.append(args[3:5])
-        return fn(*args, **kwargs)
+        return run(self, *args, **kwargs)
 
-    return wrapped
+    monkeypatch.setattr(dispatch.FusedBackend, "run", wrapped)
 
 
 @pytest.fixture
 def fused_calls(monkeypatch):
     """Calls of the fused path from the attention module, counted."""
     calls = Calls()
-    monkeypatch.setattr("fairseq_urpe.modules.relative_multihead_attention.fused_relative_attention",
-                        spy(dispatch.fused_relative_attention, calls))
+    spy_runs(monkeypatch, calls)
     return calls
 
 
@@ -220,9 +232,9 @@ def test_a_failing_first_launch_of_a_new_specialisation_falls_back_in_auto_and_r
     from fairseq_urpe.kernels import fused_urpe_attention as kernel
 
     monkeypatch.setattr(dispatch, "_why_not_fused", lambda *args, **kwargs: None)  # as on a GPU
-    monkeypatch.setattr(dispatch, "self_check_passed", lambda impl, config: True)
-    monkeypatch.setattr(dispatch, "_LAUNCHES", {})
-    monkeypatch.setattr(dispatch, "_WARNED", set())
+    monkeypatch.setattr(dispatch, "kernel_error", lambda config: None)  # the self-check passes
+    monkeypatch.setattr(dispatch, "_BACKENDS", {})
+    monkeypatch.setattr(dispatch, "_LOGGED", set())
     backward, launches = kernel.launch_backward, []
 
     def launch_backward(q, *args, **kwargs):
@@ -233,8 +245,7 @@ def test_a_failing_first_launch_of_a_new_specialisation_falls_back_in_auto_and_r
 
     monkeypatch.setattr(kernel, "launch_backward", launch_backward)
     fused_calls = []
-    monkeypatch.setattr("fairseq_urpe.modules.relative_multihead_attention.fused_relative_attention",
-                        spy(dispatch.fused_relative_attention, fused_calls))
+    spy_runs(monkeypatch, fused_calls)
     auto, dense = make_t5_attention("urpe_unique", seed=4), make_t5_attention("urpe_unique", seed=4)
     dense.attention_impl = "dense"
     with caplog.at_level(logging.WARNING, logger=dispatch.__name__):
@@ -270,7 +281,7 @@ def test_launch_key_tells_triton_specialisations_apart():
 
 def test_the_path_taken_is_logged_once_per_distinct_reason(monkeypatch, caplog):
     """Each run's log names its attention path: one INFO line per distinct path and reason, not per call."""
-    monkeypatch.setattr(dispatch, "_PATHS_LOGGED", set())
+    monkeypatch.setattr(dispatch, "_LOGGED", set())
     with caplog.at_level(logging.INFO, logger=dispatch.__name__):
         for _ in range(3):
             assert not decide("dense")
@@ -287,13 +298,127 @@ def test_the_path_taken_is_logged_once_per_distinct_reason(monkeypatch, caplog):
     assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("attention path: fused (cpu, float64")]
 
 
-def test_help_of_attention_impl_does_not_exclude_attention_dropout_which_the_kernel_computes():
-    """--urpe-attention-impl's help, as fairseq-train prints it, lists what 'auto' needs for the fused kernel;
-    attention dropout is not among them (the kernel drops inside), and the dispatch agrees."""
+def attention_impl_help() -> str:
     from fairseq_urpe.models.relative_position_config import RelativePositionConfig
 
-    text = " ".join(RelativePositionConfig.__dataclass_fields__["urpe_attention_impl"].metadata["help"].split())
+    return " ".join(RelativePositionConfig.__dataclass_fields__["urpe_attention_impl"].metadata["help"].split())
+
+
+def test_help_of_attention_impl_says_what_auto_does():
+    """--urpe-attention-impl's help, as fairseq-train prints it, names every condition under which the
+    dispatch sends an ``auto`` call to the dense path, each driven here to its reason; attention dropout is
+    not among them (the kernel drops inside)."""
+    text = attention_impl_help()
     assert "no attention dropout" not in text and "without attention dropout" not in text, text
     assert "'fused': the kernel, or an error naming this flag where it cannot run (for GPU runs that must not fall back)" in text
     assert "The log names the path taken ('attention path: ...')" in text
     assert decide("fused", dropout=0.1)  # the kernel takes attention dropout (here under the interpreter)
+    x = q_like()
+    reasons = {  # phrase of the help: the dispatch's reason for dense
+        "CUDA tensors": dispatch._why_not_fused(q_like(dtype=torch.float16), 0.0, True, forced=False),
+        "head dim <= 128": dispatch._why_not_fused(q_like(head_dim=160), 0.0, True, forced=False),
+        "batch x heads <= 65535": dispatch._why_not_fused(torch.zeros(65536, 1, 1, 16), 0.0, True, forced=False),
+        "dot-product scores": dispatch._why_not_fused(x, 0.0, False, forced=False),
+        "float32 with TF32 allowed (torch.backends.cuda.matmul.allow_tf32)":
+            dispatch._why_not_fused(x, 0.0, True, forced=False),
+        "a supported triton": dispatch.triton_version_problem("3.2.0"),
+    }
+    assert "tensors are on cpu" in reasons["CUDA tensors"]
+    assert "float32 without TF32" in reasons["float32 with TF32 allowed (torch.backends.cuda.matmul.allow_tf32)"]
+    for phrase, reason in reasons.items():
+        assert phrase in text, phrase
+        assert reason is not None, phrase
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert "use_deterministic_algorithms" in dispatch._why_not_fused(x, 0.0, True, forced=False)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert "torch.use_deterministic_algorithms not on without warn_only" in text
+    for phrase, call in (("fairseq's causal mask", dict(attn_mask=None)), ("no attention weights asked for",
+                         dict(need_weights=True)), ("not incremental decoding", dict(incremental=True))):
+        assert phrase in text and not decide("fused", **call), phrase
+    assert "first-use self-check in this configuration and the first launch of this launch signature" in text
+
+
+class LaunchSpy:
+    """A Triton kernel whose launches also report their constexprs ``wanted`` to ``record(name, values)``."""
+
+    WANTED = ("FAR_SUMS", "FAR_DQ", "BIAS_GRAD", "C_GRAD")
+
+    def __init__(self, kernel, name, record):
+        self.kernel, self.name, self.record = kernel, name, record
+
+    def __getitem__(self, grid):
+        launch = self.kernel[grid]
+
+        def run(*args, **kwargs):
+            self.record(self.name, {k: kwargs[k] for k in self.WANTED if k in kwargs})
+            return launch(*args, **kwargs)
+
+        return run
+
+
+def test_a_no_grad_call_and_a_frozen_table_call_each_check_their_own_variant_first(monkeypatch):
+    """The forward stores the far share (FAR_SUMS) only where the tables get gradients: a call under
+    no_grad and one with frozen tables run the FAR_SUMS=False forward (the first without a backward, the
+    second with a backward that adds no table gradients). Each is a configuration of its own with a
+    self-check of its own, and each first launch runs, on the call's inputs, the variant the call runs."""
+    from fairseq_urpe.kernels import fused_urpe_attention as kernel
+
+    from fairseq_urpe.kernels import self_check
+
+    monkeypatch.setattr(dispatch, "_BACKENDS", {})
+    monkeypatch.setattr(self_check, "check_lengths", lambda device: (40,))  # one length: far tiles and near ones
+    configs, self_checks, checks, current = [], [], [], [None]
+
+    def spied(check, launches):
+        def run(*args, **kwargs):
+            current[0] = []
+            try:
+                return check(*args, **kwargs)
+            finally:
+                launches.append(current[0])
+                current[0] = None
+        return run
+
+    real_error = spied(dispatch.kernel_error, self_checks)
+    monkeypatch.setattr(dispatch, "kernel_error", lambda config: configs.append(config) or real_error(config))
+    monkeypatch.setattr(dispatch, "first_launch_error", spied(dispatch.first_launch_error, checks))
+
+    def record(name, values):
+        if current[0] is not None:
+            current[0].append((name, values))
+
+    for name in ("forward_kernel", "dq_kernel"):
+        monkeypatch.setattr(kernel, name, LaunchSpy(getattr(kernel, name), name, record))
+    length, batch = 40, 1  # tables constant from distance 10 on: far tiles in every kernel
+    fused, dense = make_t5_attention("urpe_unique", seed=5), make_t5_attention("urpe_unique", seed=5)
+    fused.attention_impl, dense.attention_impl = "fused", "dense"
+    x = torch.randn(length, batch, EMBED, dtype=torch.float64, requires_grad=True)
+
+    def run(attn):
+        return attn(x, x, x, attn_mask=causal_mask(length), need_weights=False)[0]
+
+    run(fused).sum().backward()  # training: table gradients, the far share
+    with torch.no_grad():
+        got = run(fused)
+        torch.testing.assert_close(got, run(dense), rtol=1e-10, atol=1e-10)
+    for attn in (fused, dense):
+        for name, p in attn.named_parameters():
+            if "proj" not in name:  # the position tables
+                p.requires_grad_(False)
+    out = run(fused)
+    want = run(dense)
+    torch.testing.assert_close(out, want, rtol=1e-10, atol=1e-10)
+    assert torch.autograd.grad(out.sum(), x)[0].allclose(torch.autograd.grad(want.sum(), x)[0], rtol=1e-9, atol=1e-10)
+    with torch.no_grad():
+        run(fused)  # no_grad again: checked already
+    assert [(c.backward, c.bias_grad, c.c_grad) for c in configs] == [(True, True, True), (False, False, False),
+                                                                      (True, False, False)]
+    for launches in (self_checks, checks):  # the self-check of each configuration, and its first launch
+        forward = [[values["FAR_SUMS"] for name, values in check if name == "forward_kernel"] for check in launches]
+        dq = [[values for name, values in check if name == "dq_kernel"] for check in launches]
+        assert forward == [[True], [False], [False]]
+        assert dq[0] and all(v["FAR_SUMS"] and v["BIAS_GRAD"] and v["C_GRAD"] for v in dq[0])
+        assert dq[1] == []  # no backward under no_grad
+        assert dq[2] and not any(v["FAR_SUMS"] or v["BIAS_GRAD"] or v["C_GRAD"] for v in dq[2])

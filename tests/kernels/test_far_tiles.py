@@ -11,13 +11,9 @@ import torch
 pytest.importorskip("triton")
 
 from fairseq_urpe.kernels import fused_urpe_attention as kernel  # noqa: E402
-from fairseq_urpe.kernels.fused_urpe_attention import (  # noqa: E402
-    INTERPRETER_BLOCKS,
-    attention_dropout_mask,
-    far_tiles,
-    fused_causal_urpe_attention,
-    table_reach,
-)
+from fairseq_urpe.kernels import tiles  # noqa: E402
+from fairseq_urpe.kernels.fused_urpe_attention import attention_dropout_mask, fused_causal_urpe_attention  # noqa: E402
+from fairseq_urpe.kernels.tiles import INTERPRETER_BLOCKS, far_tiles, table_reach  # noqa: E402
 from tests.kernels.kernel_inputs import assert_same_gradients  # noqa: E402
 
 
@@ -70,9 +66,8 @@ def tiles_of(length, n_bias, n_c, blocks=None):
 CASES = [  # (length, bias entries, c entries, blocks)
     (77, 20, 33, None),
     (133, 9, 1, None),  # c a single entry: every distance reads it
-    (96, 17, 17, dict(table_grads="dkdv")),  # table gradients in the dK/dV kernel, far sums there
-    (90, 33, 12, dict(table_grads="dkdv", dkdv=(32, 16, 1), dq=(16, 32, 1), forward=(32, 16, 1))),
-    (96, 20, 9, dict(table_grads="dkdv", far_branch=True)),  # dK/dV's near and far tiles in one loop
+    (96, 17, 17, dict(dq=(16, 32, 1))),  # dQ tiles that do not divide the forward's: far sums in dQ
+    (90, 33, 12, dict(dkdv=(32, 16, 1), dq=(16, 32, 1), forward=(32, 16, 1))),
 ]
 
 
@@ -101,12 +96,11 @@ def test_far_table_gradients_come_from_the_forwards_far_share_where_it_applies(m
     skips them); otherwise from sums in dQ's far loop. Both against the dense expansion."""
     cfg, b, c = dict(INTERPRETER_BLOCKS), torch.zeros(2, 20), torch.zeros(2, 33)
     square = dict(cfg, forward=(16, 16, 1, 1))  # dQ's 32 rows span two forward tiles
-    assert kernel.far_share_applies(cfg, 77, b, c) and kernel.far_share_applies(cfg, 77, None, c)
-    assert not kernel.far_share_applies(cfg, 77, b, c, pad=torch.zeros(2, 77))
-    assert not kernel.far_share_applies(square, 77, b, c)
-    assert not kernel.far_share_applies(dict(cfg, table_grads="dkdv"), 77, b, c)
-    assert not kernel.far_share_applies(cfg, 40, torch.zeros(2, 64), None)  # no far tiles
-    assert not kernel.far_share_applies(cfg, 77)  # no tables
+    assert tiles.far_share_applies(cfg, 77, b, c) and tiles.far_share_applies(cfg, 77, None, c)
+    assert not tiles.far_share_applies(cfg, 77, b, c, pad=torch.zeros(2, 77))
+    assert not tiles.far_share_applies(square, 77, b, c)
+    assert not tiles.far_share_applies(cfg, 40, torch.zeros(2, 64), None)  # no far tiles
+    assert not tiles.far_share_applies(cfg, 77)  # no tables
     shares, delta = [], kernel.launch_delta
 
     def launch_delta(*args, **kwargs):
@@ -157,7 +151,7 @@ def test_far_tiles_are_most_tiles_at_2048_with_128_entries():
     entries) to 82% (64 x 32, 16 x 64)."""
     for head_dim in (64, 128):
         for name in ("forward", "dkdv", "dq"):
-            block_m, block_n = kernel.GPU_BLOCKS["sm_90", "16-bit", head_dim][name][:2]
+            block_m, block_n = tiles.GPU_BLOCKS["sm_90", "16-bit", head_dim][name][:2]
             causal = sum(1 for m in range(0, 2048, block_m) for n in range(0, 2048, block_n) if n <= m + block_m - 1)
             assert 0.77 < far_tiles(name, 2048, 127, block_m, block_n) / causal < 0.83, (head_dim, name)
 
@@ -198,11 +192,11 @@ def test_far_tiles_dq_comes_from_the_dkdv_kernel_where_it_fits(monkeypatch):
     their dQ to a float32 sum that dQ's kernel reads; dQ runs the forward's other far tiles and the near
     ones. Against the dense expansion (float64), with and without dropout, and with ``far_dq="dq"``."""
     cfg, b, c = dict(INTERPRETER_BLOCKS), torch.zeros(2, 9), torch.zeros(2, 1)
-    assert cfg["far_dq"] == "dkdv" and kernel.far_dq_fits(cfg)
-    assert kernel.far_dq_fits(dict(cfg, forward=(16, 16, 1, 1)))  # dK/dV's 16 query rows divide 16
-    assert not kernel.far_dq_fits(dict(cfg, forward=(16, 16, 1, 1), dkdv=(32, 32, 1, 1)))  # 32 do not
-    assert not kernel.far_dq_fits(dict(cfg, far_dq="dq"))
-    grid = kernel.far_dq_grid(cfg)
+    assert cfg["far_dq"] == "dkdv" and tiles.far_dq_fits(cfg)
+    assert tiles.far_dq_fits(dict(cfg, forward=(16, 16, 1, 1)))  # dK/dV's 16 query rows divide 16
+    assert not tiles.far_dq_fits(dict(cfg, forward=(16, 16, 1, 1), dkdv=(32, 32, 1, 1)))  # 32 do not
+    assert not tiles.far_dq_fits(dict(cfg, far_dq="dq"))
+    grid = tiles.far_dq_grid(cfg)
     assert grid == (32, 32)  # the forward's 32 queries by dK/dV's 32 keys
     length, far = 133, table_reach(133, b, c)[2]
     fm, fn = cfg["forward"][:2]
@@ -210,8 +204,8 @@ def test_far_tiles_dq_comes_from_the_dkdv_kernel_where_it_fits(monkeypatch):
     dkdv_far = far_tiles("dkdv", length, far, *cfg["dkdv"][:2], grid)
     dq_far, dq_skipped = (far_tiles("dq", length, far, *cfg["dq"][:2], g) for g in ((fm, fn), grid))
     assert dkdv_far > 0 and 0 < dq_skipped < dq_far
-    spy = _LaunchSpy(kernel._backward_dkdv_kernel)
-    monkeypatch.setattr(kernel, "_backward_dkdv_kernel", spy)
+    spy = _LaunchSpy(kernel.dkdv_kernel)
+    monkeypatch.setattr(kernel, "dkdv_kernel", spy)
     check(length, 9, 1, seed=8)
     check(length, 9, 1, dropout_p=0.25, seed=9)
     check(length, 9, 1, blocks=dict(far_dq="dq"), seed=10)
@@ -223,7 +217,7 @@ def test_far_tiles_dq_comes_from_the_dkdv_kernel_where_it_fits(monkeypatch):
 def test_far_tile_counts_on_a_grid_match_an_enumeration_of_the_tiles():
     """``far_tiles`` on a grid ``(FAR_M, FAR_N)`` against every (query tile, key tile) pair tested one by
     one: far where its keys lie in the whole FAR_N-blocks at ``j <= q0 - FAR`` for ``q0`` its FAR_M-block's
-    first row (``_key_tile_ranges``)."""
+    first row (``score_tiles.key_tile_ranges``)."""
     cases = [(2048, 113, (128, 128), {"forward": (128, 64), "dq": (64, 32), "dkdv": (32, 128)}),
              (333, 8, (32, 32), {"forward": (32, 16), "dq": (32, 16), "dkdv": (16, 32)}),
              (150, 0, (64, 32), {"forward": (64, 32), "dq": (16, 32), "dkdv": (16, 32)})]

@@ -10,10 +10,8 @@ import torch
 pytest.importorskip("triton")
 
 from fairseq_urpe.kernels import fused_urpe_attention as kernel  # noqa: E402
-from fairseq_urpe.kernels.fused_urpe_attention import (  # noqa: E402
-    INTERPRETER_BLOCKS,
-    fused_causal_urpe_attention,
-)
+from fairseq_urpe.kernels.fused_urpe_attention import fused_causal_urpe_attention  # noqa: E402
+from fairseq_urpe.kernels.tiles import INTERPRETER_BLOCKS  # noqa: E402
 from fairseq_urpe.kernels.reference import causal_urpe_attention_reference  # noqa: E402
 from tests.kernels.kernel_inputs import assert_same_gradients, make_inputs  # noqa: E402
 
@@ -55,11 +53,11 @@ def test_matches_reference_without_bias_or_without_toeplitz(bias, toeplitz):
 @pytest.mark.parametrize(
     "blocks",
     [
-        dict(table_grads="dkdv", dkdv=(16, 32, 1)),  # table gradients sheared along the keys
-        dict(table_grads="dq", dq=(32, 16, 1)),  # ... along the queries
-        dict(table_grads="dq", dq=(16, 16, 1), dkdv=(16, 16, 1), forward=(32, 16, 1)),  # square tiles
+        dict(dq=(16, 32, 1)),  # table gradients sheared along the keys
+        dict(dq=(32, 16, 1)),  # ... along the queries
+        dict(dq=(16, 16, 1), dkdv=(16, 16, 1), forward=(32, 16, 1)),  # square tiles
     ],
-    ids=["dkdv_tall_keys", "dq_tall_queries", "square_tiles"],
+    ids=["dq_tall_keys", "dq_tall_queries", "square_tiles"],
 )
 def test_table_gradients_are_right_for_every_tile_shape(blocks):
     inputs = make_inputs(2, 3, 45, 16, torch.float64, padding="left", seed=2)
@@ -104,11 +102,11 @@ def test_all_padding_rows_stay_finite_and_match_the_dense_rule():
 
 def test_refuses_inputs_it_cannot_compute():
     q = torch.randn(1, 2, 8, 16)
-    with pytest.raises(ValueError, match="bias_by_distance must be"):
+    with pytest.raises(ValueError, match="bias_table must be"):
         fused_causal_urpe_attention(q, q, q, torch.zeros(3, 8))
-    with pytest.raises(ValueError, match="c_by_distance must be"):
+    with pytest.raises(ValueError, match="c_table must be"):
         fused_causal_urpe_attention(q, q, q, None, torch.ones(2, 0))  # shorter tables are fine; empty ones not
-    with pytest.raises(ValueError, match="c_by_distance must be"):
+    with pytest.raises(ValueError, match="c_table must be"):
         fused_causal_urpe_attention(q, q, q, None, torch.ones(2))
     with pytest.raises(ValueError, match="key_padding_mask must be"):
         fused_causal_urpe_attention(q, q, q, key_padding_mask=torch.zeros(2, 8, dtype=torch.bool))
@@ -117,8 +115,10 @@ def test_refuses_inputs_it_cannot_compute():
         fused_causal_urpe_attention(big, big, big)
     with pytest.raises(ValueError, match="dropout_p must be in"):
         fused_causal_urpe_attention(q, q, q, dropout_p=1.0)
-    with pytest.raises(ValueError, match="rounds to dropping every entry"):
+    with pytest.raises(ValueError, match="rounds to dropping everything"):
         fused_causal_urpe_attention(q, q, q, dropout_p=0.999)
+    with pytest.raises(ValueError, match=r"0.001 \(--attention-dropout\) would run at 0/256 = 0 .* more than 10%"):
+        fused_causal_urpe_attention(q, q, q, dropout_p=0.001)
 
 
 @pytest.mark.parametrize("length", [64, 37], ids=["multiple_of_16", "odd"])

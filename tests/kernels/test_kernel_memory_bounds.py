@@ -26,6 +26,7 @@ from triton.runtime import interpreter  # noqa: E402
 
 from benchmarks.guard_memory import GuardedTensors  # noqa: E402
 from fairseq_urpe.kernels import fused_urpe_attention as kernel  # noqa: E402
+from fairseq_urpe.kernels import tiles  # noqa: E402
 
 HEADS, HEAD_DIM = 1, 16  # one head: its first row starts the tensor and its last row ends it
 
@@ -83,15 +84,11 @@ def zeros(shape, dtype):
 
 
 TABLES = {"none": (False, False), "bias": (True, False), "toeplitz": (False, True), "both": (True, True)}
-CASES = [
-    (length, tables, placement)
-    for length, tables, placement in itertools.product((1, 17, 129, 333), TABLES, ("dq", "dkdv"))
-    if tables != "none" or placement == "dq"  # without tables there is nothing to place
-]
+CASES = list(itertools.product((1, 17, 129, 333), TABLES))
 
 
-@pytest.mark.parametrize("length,tables,placement", CASES, ids=[f"T{t}-{n}-grads_in_{p}" for t, n, p in CASES])
-def test_kernels_stay_inside_their_tensors(length, tables, placement, access_check):
+@pytest.mark.parametrize("length,tables", CASES, ids=[f"T{t}-{n}" for t, n in CASES])
+def test_kernels_stay_inside_their_tensors(length, tables, access_check):
     has_bias, has_c = TABLES[tables]
     dtype, batch = torch.float32, 1
     torch.manual_seed(length)
@@ -107,7 +104,7 @@ def test_kernels_stay_inside_their_tensors(length, tables, placement, access_che
     dq, dk, dv = (g.new(name, shape, dtype, zeros) for name in ("dQ", "dK", "dV"))
     d_bias = g.new("bias gradient", (HEADS, length), dtype, zeros) if has_bias else None
     d_c = g.new("C gradient", (HEADS, length), dtype, zeros) if has_c else None
-    cfg = {**kernel.gpu_blocks(HEAD_DIM, torch.bfloat16), "table_grads": placement}  # bf16 training's tiles
+    cfg = tiles.gpu_blocks(HEAD_DIM, torch.bfloat16)  # bf16 training's tiles
 
     dropout = 0.1 if tables == "both" else 0.0  # the dropout variants read a seed
     seed = g.new("seed", (1,), torch.int64, lambda shape, dtype: torch.full(shape, 77, dtype=dtype)) if dropout else None
@@ -143,8 +140,8 @@ def test_the_far_share_and_its_table_gradients_stay_inside_their_tensors(length,
     dq, dk, dv = (g.new(name, shape, dtype, zeros) for name in ("dQ", "dK", "dV"))
     d_bias, d_c = (g.new(name, (HEADS, n), dtype, zeros) for name in ("bias gradient", "C gradient"))
     far_dq_sum = g.new("far dQ sum", (batch * HEADS, length, HEAD_DIM), dtype, zeros)
-    cfg = kernel.gpu_blocks(HEAD_DIM, torch.bfloat16)
-    assert kernel.far_share_applies(cfg, length, bias, ctab) and kernel.far_dq_fits(cfg)
+    cfg = tiles.gpu_blocks(HEAD_DIM, torch.bfloat16)
+    assert tiles.far_share_applies(cfg, length, bias, ctab) and tiles.far_dq_fits(cfg)
     access_check["extents"] = g.extents()
 
     kernel.launch_forward(q, k, v, bias, ctab, None, out, row_max, row_sum, 0.25, cfg, far=far)
@@ -156,5 +153,5 @@ def test_the_far_share_and_its_table_gradients_stay_inside_their_tensors(length,
     errors = sorted(set(access_check["outside"])) + g.damaged()
     assert not errors, "\n".join(errors)
     assert far.row_sum.gt(0).any() and torch.isfinite(far.out).all() and torch.isfinite(d_c).all()
-    grid = kernel.far_dq_grid(cfg)
-    assert far_dq_sum.ne(0).any() == (kernel.far_tiles("dkdv", length, n - 1, *cfg["dkdv"][:2], grid) > 0)
+    grid = tiles.far_dq_grid(cfg)
+    assert far_dq_sum.ne(0).any() == (tiles.far_tiles("dkdv", length, n - 1, *cfg["dkdv"][:2], grid) > 0)

@@ -12,8 +12,8 @@ from tests.reference import causal_mask  # noqa: E402
 
 def test_fused_kernel_takes_the_rotated_queries_and_keys(monkeypatch):
     calls = []
-    monkeypatch.setattr("fairseq_urpe.modules.relative_multihead_attention.fused_relative_attention",
-                        lambda *args, **kwargs: calls.append(1) or dispatch.fused_relative_attention(*args, **kwargs))
+    run = dispatch.FusedBackend.run
+    monkeypatch.setattr(dispatch.FusedBackend, "run", lambda *args, **kwargs: calls.append(1) or run(*args, **kwargs))
     fused, dense = make_rotary_attention(urpe=True, seed=9), make_rotary_attention(urpe=True, seed=9)
     fused.attention_impl, dense.attention_impl = "fused", "dense"
     x = torch.randn(13, 2, EMBED, dtype=torch.float64, requires_grad=True)

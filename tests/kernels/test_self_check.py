@@ -25,7 +25,7 @@ CONFIG = KernelConfig("cpu", torch.float64, 16, bias=True, toeplitz=True, paddin
 @pytest.fixture
 def checks(monkeypatch):
     """A fresh record of self-checks for the test, and the number of checks run."""
-    monkeypatch.setattr(dispatch, "_SELF_CHECKS", {})
+    monkeypatch.setattr(dispatch, "_BACKENDS", {})
     runs = []
 
     def counted(config):
@@ -58,7 +58,7 @@ def inject(monkeypatch, fault):
 @pytest.mark.every_triton  # the real kernel checked: again under the second triton (scripts/test.sh)
 def test_the_real_kernel_passes_once_per_configuration_and_leaves_the_random_state_alone(checks):
     state = torch.random.get_rng_state()
-    assert dispatch.self_check_passed("fused", CONFIG) and dispatch.self_check_passed("auto", CONFIG)
+    assert dispatch.fused_backend("fused", CONFIG) is dispatch.fused_backend("fused", CONFIG) is not None
     assert checks == [CONFIG]  # checked once, remembered
     assert torch.equal(torch.random.get_rng_state(), state)
 
@@ -73,16 +73,16 @@ def test_the_real_kernel_passes_once_per_configuration_and_leaves_the_random_sta
 def test_auto_falls_back_with_one_warning_and_fused_raises_naming_the_flag(fault, message, checks, monkeypatch, caplog):
     inject(monkeypatch, fault)
     with caplog.at_level(logging.WARNING, logger=dispatch.__name__):
-        assert not dispatch.self_check_passed("auto", CONFIG)
-        assert not dispatch.self_check_passed("auto", CONFIG)
+        assert dispatch.fused_backend("auto", CONFIG) is None
+        assert dispatch.fused_backend("auto", CONFIG) is None
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings
     assert "fused attention failed its self-check on cpu, float64, head dim 16, bias + Toeplitz C" in warnings[0]
     assert re.search(message, warnings[0]), warnings[0]
     assert "dense attention for the rest of the process" in warnings[0]
     with pytest.raises(RuntimeError, match=f"--urpe-attention-impl fused: the fused kernel failed its self-check.*{message}"):
-        dispatch.self_check_passed("fused", CONFIG)
-    assert checks == [CONFIG]
+        dispatch.fused_backend("fused", CONFIG)
+    assert checks == [CONFIG, CONFIG]  # one check per (impl, configuration)
 
 
 def test_auto_attention_module_runs_dense_after_a_failed_self_check(checks, monkeypatch, caplog):
@@ -90,9 +90,8 @@ def test_auto_attention_module_runs_dense_after_a_failed_self_check(checks, monk
     failure computes with the dense path, which gives the dense module's result."""
     monkeypatch.setattr(dispatch, "_why_not_fused", lambda *args, **kwargs: None)
     calls = []
-    real = dispatch.fused_relative_attention
-    monkeypatch.setattr("fairseq_urpe.modules.relative_multihead_attention.fused_relative_attention",
-                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = dispatch.FusedBackend.run
+    monkeypatch.setattr(dispatch.FusedBackend, "run", lambda *a, **k: calls.append(1) or real(*a, **k))
     x = torch.randn(19, 2, EMBED, dtype=torch.float64)
     auto, dense = make_t5_attention("urpe_unique", seed=1), make_t5_attention("urpe_unique", seed=1)
     dense.attention_impl = "dense"
@@ -102,7 +101,7 @@ def test_auto_attention_module_runs_dense_after_a_failed_self_check(checks, monk
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
 
     inject(monkeypatch, "output")
-    monkeypatch.setattr(dispatch, "_SELF_CHECKS", {})
+    monkeypatch.setattr(dispatch, "_BACKENDS", {})
     with caplog.at_level(logging.WARNING, logger=dispatch.__name__):
         for _ in range(2):
             got = auto(x, x, x, attn_mask=causal_mask(19), need_weights=False)[0]
@@ -129,7 +128,7 @@ def test_the_check_runs_under_inference_mode_and_no_grad(checks):
     """The first call may come from evaluation (fairseq-eval-lm under no_grad, or inference_mode)."""
     config = CONFIG._replace(dropout=False, padding=False)
     with torch.inference_mode():
-        assert dispatch.self_check_passed("fused", config)
+        assert dispatch.fused_backend("fused", config) is not None
     with torch.no_grad():
         assert kernel_error(config._replace(toeplitz=False)) is None
 
@@ -137,12 +136,12 @@ def test_the_check_runs_under_inference_mode_and_no_grad(checks):
 def test_float32_is_checked_again_when_tf32_is_switched(checks):
     """The kernel reads torch's TF32 switch on every call: with TF32 and without are two compiled variants,
     each checked on its first use (a verdict for one says nothing of the other)."""
-    x = torch.zeros(1, 2, 19, 16)
+    x = torch.zeros(1, 2, 19, 16, requires_grad=True)
     allowed = torch.backends.cuda.matmul.allow_tf32
     try:
         for tf32 in (False, True, False, True):
             torch.backends.cuda.matmul.allow_tf32 = tf32
-            assert dispatch.use_fused_attention("fused", x, causal_mask(19, torch.float32), False, False, 0.0)
+            assert dispatch.attention_backend("fused", x, causal_mask(19, torch.float32), False, False, 0.0) is not None
     finally:
         torch.backends.cuda.matmul.allow_tf32 = allowed
     assert [config.tf32 for config in checks] == [False, True]

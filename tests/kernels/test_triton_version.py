@@ -70,18 +70,18 @@ def test_installed_triton_is_a_supported_one():
 def test_unsupported_triton_auto_warns_once_and_runs_dense_fused_raises_naming_the_flag(monkeypatch, caplog):
     pytest.importorskip("triton")
     monkeypatch.setattr(dispatch, "triton_version", lambda: "3.2.0")
-    monkeypatch.setattr(dispatch, "_WARNED", set())
+    monkeypatch.setattr(dispatch, "_LOGGED", set())
     x = torch.zeros(2, 3, 8, 16, dtype=torch.float64)
     mask = causal_mask(8, torch.float32)
     with pytest.raises(RuntimeError, match=r"--urpe-attention-impl fused cannot run here: triton 3\.2\.0 is not a "
                                            r"version the fused kernel supports .*Use --urpe-attention-impl auto"):
-        dispatch.use_fused_attention("fused", x, mask, False, False, 0.0)
+        dispatch.attention_backend("fused", x, mask, False, False, 0.0)
     # auto: pretend a GPU (on CPU auto never interprets), so only the triton version stands in the way
     monkeypatch.setattr(dispatch, "_why_not_fused",
                         lambda *a, **k: dispatch.triton_version_problem(dispatch.triton_version()))
     with caplog.at_level(logging.WARNING, logger=dispatch.__name__):
-        assert not dispatch.use_fused_attention("auto", x, mask, False, False, 0.0)
-        assert not dispatch.use_fused_attention("auto", x, mask, False, False, 0.0)
+        assert dispatch.attention_backend("auto", x, mask, False, False, 0.0) is None
+        assert dispatch.attention_backend("auto", x, mask, False, False, 0.0) is None
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "triton 3.2.0 is not a version the fused kernel supports" in warnings[0], warnings
     assert "dense attention runs instead" in warnings[0]
