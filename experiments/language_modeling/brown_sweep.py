@@ -165,14 +165,34 @@ def valid_fall(valid):
 # (config, against): URPE's C against the same bias (and start) without it; T5's ALiBi-shaped start against the
 # flat one, without and with C; then one step at a time from stock: dropping the sinusoids (NoPE), a fixed
 # relative bias (ALiBi) or a learned one from zero (T5 flat start) over NoPE, learning the bias (T5 started on
-# ALiBi's line) over ALiBi's fixed line, and ALiBi + C against that learned bias (two ways to learn positions)
+# ALiBi's line) over ALiBi's fixed line, and ALiBi + C against that learned bias (two ways to learn positions);
+# KERPLE(log) against ALiBi and T5, without and with C
 PAIRS = [(c, c.split("+C ")[0]) for c in CONFIGS if "+C " in c] + [
     ("t5", "t5 zero-start"), ("t5+C bucketed", "t5 zero-start+C bucketed"),
     ("stock nope", "stock"), ("alibi", "stock nope"), ("t5 zero-start", "stock nope"), ("t5", "alibi"),
-    ("alibi+C bucketed", "t5")]
+    ("alibi+C bucketed", "t5"), ("kerple", "alibi"), ("kerple", "t5"), ("kerple+C bucketed", "alibi+C bucketed"),
+    ("kerple+C bucketed", "t5+C bucketed")]
 # the init x C table: (start, C) -> config
 INIT_BY_C = {("alibi", "no"): "t5", ("alibi", "yes"): "t5+C bucketed",
              ("zero", "no"): "t5 zero-start", ("zero", "yes"): "t5 zero-start+C bucketed"}
+
+
+def paired_t(diffs):
+    """``{"low", "high", "p"}``: the two-sided 95% t-interval of the mean paired difference and the paired
+    t-test's p-value (``None`` with fewer than 2 differences)."""
+    from scipy import stats
+
+    if len(diffs) < 2:
+        return {"low": None, "high": None, "p": None}
+    mean, sem = sum(diffs) / len(diffs), stats.sem(diffs)
+    half = stats.t.ppf(0.975, len(diffs) - 1) * sem
+    return {"low": mean - half, "high": mean + half, "p": float(stats.ttest_1samp(diffs, 0.0).pvalue)}
+
+
+def fmt_interval(diff):
+    if diff.get("low") is None:
+        return "n/a"
+    return f"[{diff['low']:.2f}, {diff['high']:.2f}], p = {diff['p']:.2g}"
 
 
 def paired_differences(runs, factors):
@@ -189,7 +209,7 @@ def paired_differences(runs, factors):
                      if by_key[(config, s)]["test_ppl"].get(str(k)) is not None
                      and by_key[(base, s)]["test_ppl"].get(str(k)) is not None]
             mean, std = mean_std(diffs)
-            row["diff"][str(k)] = {"mean": mean, "std": std, "n": len(diffs)}
+            row["diff"][str(k)] = {"mean": mean, "std": std, "n": len(diffs), **paired_t(diffs)}
         rows.append(row)
     return rows
 
@@ -257,12 +277,16 @@ def markdown(a, summary, diffs, wall, cpu, interaction=None):
                   "std over seeds (negative: the config is better). URPE's C against the same bias (and start) "
                   "without it; T5 with its ALiBi-shaped start (the default) against the flat start, without and with "
                   "C; stock without positions (NoPE) against stock; ALiBi and T5 started flat against NoPE; T5 "
-                  "started on ALiBi's line (a learnable bias) against ALiBi's fixed line, and ALiBi + C against it.", "",
-                  "| config | against | seeds | " + " | ".join(f"Δ ppl {k}L" for k in factors) + " |",
-                  "|---|---|---:|" + "---:|" * len(factors)]
+                  "started on ALiBi's line (a learnable bias) against ALiBi's fixed line, and ALiBi + C against it; "
+                  "KERPLE(log) against ALiBi and T5. Last column: the 95% t-interval of the mean difference at "
+                  f"{factors[0]}L and the paired t-test's two-sided p-value.", "",
+                  "| config | against | seeds | " + " | ".join(f"Δ ppl {k}L" for k in factors)
+                  + f" | {factors[0]}L: 95% interval, p |",
+                  "|---|---|---:|" + "---:|" * len(factors) + "---|"]
         for row in diffs:
             lines.append(f"| {row['config']} | {row['against']} | {len(row['seeds'])} | "
-                         + " | ".join(fmt(row["diff"][str(k)]["mean"], row["diff"][str(k)]["std"], 2) for k in factors) + " |")
+                         + " | ".join(fmt(row["diff"][str(k)]["mean"], row["diff"][str(k)]["std"], 2) for k in factors)
+                         + f" | {fmt_interval(row['diff'][str(factors[0])])} |")
     if interaction:
         lines += interaction_markdown(interaction)
     return "\n".join(lines) + "\n"
