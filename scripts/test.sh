@@ -6,8 +6,8 @@
 #                     run proves what a fresh machine does; set it to reuse a cache between runs)
 #   SECOND_TRITON     on a full run (no extra arguments), the tests that depend on triton's version (marker
 #                     every_triton: the sm_80/86/90 compile check, the version check, the real self-check,
-#                     and one interpreter parity test per compiled variant: dtypes, one table, far tiles,
-#                     dropout and its random numbers, address arithmetic) run again under this triton, in an
+#                     the interpreter's arithmetic at every dtype and at Hopper's float16 tiles, and
+#                     triton's random numbers for dropout) run again under this triton, in an
 #                     overlay environment $SECOND_VENV holding only it over .venv's packages, in one more
 #                     process beside the main run (default: triton==3.7.1, the one torch 2.13.0's CUDA
 #                     build pins; empty: skip)

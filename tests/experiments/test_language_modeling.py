@@ -14,7 +14,7 @@ import pytest
 
 from experiments.language_modeling import brown_sweep
 from experiments.language_modeling.brown_sweep import (init_by_c, interaction_markdown, mean_std, paired_differences,
-                                                       parse_log, summarize, valid_fall)
+                                                       paired_t, parse_log, summarize, valid_fall)
 from experiments.sweeps import load_script
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,6 +30,16 @@ def test_full_corpus_split_is_a_partition_of_the_500_files_by_genre_spanning_ind
     assert sorted(sum(chosen.values(), [])) == list(range(500))  # every file in exactly one split
     assert {split: len(files) for split, files in chosen.items()} == {"train": 462, "valid": 13, "test": 25}
     assert chosen["valid"] == [i for i in range(500) if load_make_slice().SPLITS["demo"]["valid"](i)]  # same as the demo's
+
+
+def test_paired_t_interval_and_p_value_by_hand():
+    """Differences -1, -2, -3: mean -2, sample std 1, so the 95% half-width is t(0.975, 2 df) / sqrt(3)
+    = 4.302653 / 1.732051, and t = -2 sqrt(3), whose two-sided p with 2 df is 1 - |t| / sqrt(2 + t^2) = 0.0742."""
+    got = paired_t([-1.0, -2.0, -3.0])
+    half = 4.302652729911275 / math.sqrt(3.0)
+    assert got["low"] == pytest.approx(-2.0 - half) and got["high"] == pytest.approx(-2.0 + half)
+    t = 2.0 * math.sqrt(3.0)  # Student's t with 2 df: P(|T| > t) = 1 - t / sqrt(2 + t^2)
+    assert got["p"] == pytest.approx(1.0 - t / math.sqrt(2.0 + t * t))
 
 
 def test_mean_and_sample_std_and_pairing_by_seed():
@@ -52,7 +62,7 @@ def test_mean_and_sample_std_and_pairing_by_seed():
     assert summary["t5+C bucketed"]["test_ppl"]["2"] == {"mean": 95.0, "std": None}  # the failed length is left out
     (row,) = paired_differences(runs, [1, 2])
     assert (row["config"], row["against"], row["seeds"]) == ("t5+C bucketed", "t5", [2])  # only seed 2 has both
-    assert row["diff"]["1"] == {"mean": -3.0, "std": None, "n": 1}
+    assert row["diff"]["1"] == {"mean": -3.0, "std": None, "n": 1, "low": None, "high": None, "p": None}
     assert row["diff"]["2"]["n"] == 0
 
 

@@ -26,7 +26,6 @@ from tests.reference import causal_mask  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.mark.every_triton  # also under the second triton (scripts/test.sh): dropout's variants
 def test_fused_dropout_equals_the_reference_fed_the_kernels_mask_forward_and_backward():
     q, k, v, bias, c, pad = make_inputs(2, 3, 37, 16, torch.float64, padding="left", seed=6)
     seed = torch.tensor([987654321987], dtype=torch.int64)

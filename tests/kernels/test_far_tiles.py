@@ -78,14 +78,12 @@ def test_far_and_near_tiles_match_the_dense_expansion(length, n_bias, n_c, block
     check(length, n_bias, n_c, blocks)
 
 
-@pytest.mark.every_triton  # also under the second triton (scripts/test.sh): the far tiles with one table
 @pytest.mark.parametrize("n_bias,n_c", [(21, 0), (0, 21)], ids=["bias_only", "toeplitz_only"])
 def test_one_table_alone(n_bias, n_c):
     assert tiles_of(80, n_bias, n_c)["dq"] > 0
     check(80, n_bias, n_c, seed=1)
 
 
-@pytest.mark.every_triton  # also under the second triton (scripts/test.sh): the far-tile variants
 def test_far_tiles_with_padding_and_dropout():
     check(70, 18, 25, padding=True, dropout_p=0.25, seed=2)
 

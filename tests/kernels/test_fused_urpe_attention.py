@@ -44,7 +44,6 @@ def test_matches_reference_forward_and_backward_with_bias_toeplitz_and_padding(d
     [(True, False), (False, True), (False, False)],
     ids=["rpe_bias_only", "toeplitz_only", "plain_causal"],
 )
-@pytest.mark.every_triton  # also under the second triton (scripts/test.sh): the variants with one table
 def test_matches_reference_without_bias_or_without_toeplitz(bias, toeplitz):
     inputs = make_inputs(2, 3, 21, 16, torch.float64, bias=bias, toeplitz=toeplitz, padding="right", seed=1)
     assert_matches_reference(inputs, torch.float64, scale=0.25)

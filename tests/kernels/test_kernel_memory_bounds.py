@@ -121,7 +121,6 @@ def test_kernels_stay_inside_their_tensors(length, tables, access_check):
     assert torch.isfinite(out).all() and torch.isfinite(dq).all() and torch.isfinite(dk).all()
 
 
-@pytest.mark.every_triton  # also under the second triton (scripts/test.sh): its address arithmetic
 @pytest.mark.parametrize("length", [129, 333])
 def test_the_far_share_and_its_table_gradients_stay_inside_their_tensors(length, access_check):
     """Without padding, with tables shorter than the sequence (far tiles): the forward's far share
