@@ -124,9 +124,9 @@ def _delta_kernel(O, DO, Delta, stride_b, stride_h, stride_t, stride_d, H, T, D:
 
 
 @triton.jit
-def _backward_tile(dk, dv, k, v, Q, DO, DQ, LSE, Delta, seed, cols, start_n, start_m, bh, stride_t, stride_d, T, qk_scale,
-                   keep_threshold, keep_scale, CAUSAL: tl.constexpr, HAS_DROPOUT: tl.constexpr, D: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+def _backward_tile(dk, dv, k, v, Q, DO, DQ, LSE, Delta, seed, cols, start_n, start_m, bh, stride_t, stride_d, T,
+                   qk_scale, keep_threshold, keep_scale, CAUSAL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+                   D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """One query tile of the one-pass backward, keys as rows (``k q^T``: (BLOCK_N, BLOCK_M))."""
     rows = start_m + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
@@ -180,11 +180,13 @@ def _backward_kernel(Q, K, V, DO, DQ, DK, DV, LSE, Delta, SEED, stride_b, stride
     lo = (start_n // BLOCK_M) * BLOCK_M
     above = tl.cdiv(start_n + BLOCK_N - 1, BLOCK_M) * BLOCK_M  # the first query tile wholly below
     for start_m in range(lo, tl.minimum(above, T), BLOCK_M):
-        dk, dv = _backward_tile(dk, dv, k, v, Q, DO, DQ, LSE, Delta, seed, cols, start_n, start_m, bh, stride_t, stride_d, T, qk_scale,
-                                keep_threshold, keep_scale, True, HAS_DROPOUT, D, BLOCK_M, BLOCK_N, BLOCK_D)
+        dk, dv = _backward_tile(dk, dv, k, v, Q, DO, DQ, LSE, Delta, seed, cols, start_n, start_m, bh, stride_t,
+                                stride_d, T, qk_scale, keep_threshold, keep_scale, True, HAS_DROPOUT, D,
+                                BLOCK_M, BLOCK_N, BLOCK_D)
     for start_m in range(above, T, BLOCK_M):
-        dk, dv = _backward_tile(dk, dv, k, v, Q, DO, DQ, LSE, Delta, seed, cols, start_n, start_m, bh, stride_t, stride_d, T, qk_scale,
-                                keep_threshold, keep_scale, False, HAS_DROPOUT, D, BLOCK_M, BLOCK_N, BLOCK_D)
+        dk, dv = _backward_tile(dk, dv, k, v, Q, DO, DQ, LSE, Delta, seed, cols, start_n, start_m, bh, stride_t,
+                                stride_d, T, qk_scale, keep_threshold, keep_scale, False, HAS_DROPOUT, D,
+                                BLOCK_M, BLOCK_N, BLOCK_D)
     offsets = base + cols[:, None] * stride_t + dims[None, :] * stride_d
     tl.store(DK + offsets, (dk * sm_scale).to(DK.dtype.element_ty), mask=col_mask)
     tl.store(DV + offsets, dv.to(DV.dtype.element_ty), mask=col_mask)

@@ -205,7 +205,8 @@ def predict(report_path: str = COMPILE_REPORT):
             "flash": sorted({entry[dr, "flash"][k]["registers"] for dr in ("", " dropout") for k in FLASH_KERNELS})}
     readme = out["L2048 d64 bf16"]
     out["no dropout"], out["dropout"] = readme["no dropout"]["model"], readme["dropout / flash without"]["model"]
-    out["no dropout range"], out["dropout range"] = readme["no dropout"]["range"], readme["dropout / flash without"]["range"]
+    out["no dropout range"] = readme["no dropout"]["range"]
+    out["dropout range"] = readme["dropout / flash without"]["range"]
     return out
 
 
@@ -215,7 +216,8 @@ def predicted_line(label: str = "no dropout") -> str:
     if not prediction or label not in prediction:
         return "no prediction (run python -m benchmarks.fused_kernel --compile-check)"
     low, high = prediction[label + " range"]
-    return f"predicted {prediction[label]:.2f}x, range {low:.2f}-{high:.2f}x (compile-report model, docs/performance.md)"
+    return (f"predicted {prediction[label]:.2f}x, range {low:.2f}-{high:.2f}x "
+            "(compile-report model, docs/performance.md)")
 
 
 def table(prediction: dict, results: dict) -> str:

@@ -30,7 +30,8 @@ def relative_errors(q, k, v, dropout_p, dtype=torch.float32, blocks=None, seed=7
     keep = None
     if dropout_p:
         batch, heads, length, _ = q.shape
-        keep = flash_standin.dropout_mask(seed_tensor, batch * heads, length, dropout_p).view(batch, heads, length, length)
+        keep = flash_standin.dropout_mask(seed_tensor, batch * heads, length, dropout_p)
+        keep = keep.view(batch, heads, length, length)
     leaves = [x.detach().double().requires_grad_() for x in (q, k, v)]
     want = dense_causal(*leaves, keep, flash_standin.dropout_keep(dropout_p)[1])
     grad = torch.randn(want.shape, dtype=torch.float64)
