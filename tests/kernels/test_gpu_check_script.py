@@ -65,3 +65,20 @@ def test_the_report_judges_the_speed_targets_on_the_default_tables_beside_the_pr
     assert any("full-length tables (no far tiles), without dropout, at L=2048: 2.00x" in line for line in lines)
     assert any("full-length tables (no far tiles), with dropout, at L=2048: 2.50x" in line for line in lines)
     assert any("memory-efficient with a bias at L=2048: measured 0.50x its time (met)" in line for line in lines)
+
+
+def test_the_performance_doc_and_the_readme_quote_the_prediction_as_it_prints():
+    """docs/performance.md holds the table ``python -m benchmarks.gpu_check.prediction`` prints from the
+    committed compile report, verbatim; the README quotes its L2048 d64 figures and ranges."""
+    from benchmarks.gpu_check.prediction import load_results, predict, table
+
+    prediction = predict()
+    printed = table(prediction, load_results())
+    doc = open(os.path.join(REPO, "docs", "performance.md")).read()
+    assert printed in doc
+    readme = " ".join(open(os.path.join(REPO, "README.md")).read().split())
+    readme_point = prediction["L2048 d64 bf16"]
+    for case in ("no dropout", "dropout / flash without"):
+        figure, (low, high) = readme_point[case]["model"], readme_point[case]["range"]
+        assert f"{figure:.2f}x" in readme and f"{low:.2f}-{high:.2f}x" in readme, case
+    assert ("not met in the model" in readme) == (prediction["no dropout"] > 1.3 or prediction["dropout"] > 1.6)
