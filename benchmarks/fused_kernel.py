@@ -2,8 +2,9 @@
 
 Needs only torch and triton (the kernel is loaded from its file, so fairseq need not be installed).
 
-On a CUDA GPU (the issue's target: length 2048, head dim 64, bfloat16, forward+backward within 1.3x of
-``scaled_dot_product_attention`` with the flash backend and no bias):
+On a CUDA GPU (the speed target: length 2048, head dim 64, bfloat16, forward+backward within 1.3x of
+``scaled_dot_product_attention`` with the flash backend and no bias; the recipe's point: ``--dtype float16
+--head-dim 128 --length 3072 --heads 8``):
     python -m benchmarks.fused_kernel                                 # checks against the reference, then times
     python -m benchmarks.fused_kernel --blocks '{"forward": [64, 64, 4]}'   # try other tiles
 
@@ -42,20 +43,24 @@ def load(name: str, path: str = None):
 # What the compile check covers: (capability, dtype, head dim, attention dropout[, variant]). The dropout
 # variants need the most registers (where spills would show first); fp16 compiles like bf16. fp32 twice:
 # TF32 products (what auto runs where torch allows TF32) and full-precision ones (what
-# --urpe-attention-impl fused forces). "plain": no tables, no padding, no dropout (the performance
-# model's stand-in for SDPA flash, docs/performance.md); "no padding": both tables, no key padding (a
-# language model's training batches: the model's prediction; the far share, and dQ of far tiles in dK/dV
-# where the tiles ask for it). sm_86: the 99 KB class (sm_86/87/89).
+# --urpe-attention-impl fused forces). "no padding": both tables, no key padding (a language model's
+# training batches: the performance model prices these; the far share, and dQ of far tiles in dK/dV
+# where the tiles ask for it). "flash": benchmarks/flash_standin.py, the model's SDPA flash. The model's
+# two points: d64 bf16 (GPT-2 small's heads) and d128 fp16 (the _wiki103 archs'). sm_86: the 99 KB class.
 COMPILE_CONFIGS = [
     (90, "bf16", 64, False), (90, "bf16", 64, True), (90, "bf16", 128, False), (90, "bf16", 128, True),
-    (90, "bf16", 64, False, "plain"), (90, "fp16", 128, True),
-    (90, "bf16", 64, False, "no padding"), (90, "bf16", 64, True, "no padding"), (90, "bf16", 128, True, "no padding"),
+    (90, "fp16", 128, True),
+    (90, "bf16", 64, False, "no padding"), (90, "bf16", 64, True, "no padding"),
+    (90, "fp16", 128, False, "no padding"), (90, "fp16", 128, True, "no padding"),
+    (90, "bf16", 64, False, "flash"), (90, "bf16", 64, True, "flash"),
+    (90, "fp16", 128, False, "flash"), (90, "fp16", 128, True, "flash"),
     (80, "bf16", 64, True, "no padding"), (86, "bf16", 64, True, "no padding"),
     (90, "fp32-tf32", 64, False), (90, "fp32", 64, False), (90, "fp32-tf32", 128, False),
     (80, "bf16", 64, False), (80, "bf16", 64, True), (80, "bf16", 128, True),
     (86, "bf16", 64, True), (86, "bf16", 128, True),
 ]
 SHARED_MEMORY = {90: 227 * 1024, 80: 163 * 1024, 86: 99 * 1024}  # bytes per block
+_ELEMENT = {"bf16": ("bf16", "ieee"), "fp16": ("fp16", "ieee"), "fp32": ("fp32", "ieee"), "fp32-tf32": ("fp32", "tf32")}
 
 
 def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 64, blocks=None, report=True,
@@ -72,11 +77,9 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
     """
     import triton
     import triton.language as tl
-    from triton.backends.compiler import GPUTarget
 
     kernel = kernel or load("fused_urpe_attention")
-    element, precision = {"bf16": ("bf16", "ieee"), "fp16": ("fp16", "ieee"), "fp32": ("fp32", "ieee"),
-                          "fp32-tf32": ("fp32", "tf32")}[dtype]
+    element, precision = _ELEMENT[dtype]
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[element]
     tiles = load("tiles", os.path.dirname(kernel.__file__))
     major, minor = divmod(capability, 10)
@@ -102,45 +105,84 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
         "delta": (kernel.delta_kernel, (64, 1, 4, 1), dict(BLOCK=64, FAR_SUMS=far_share, BIAS_GRAD=tables[0] and far_share,
                                                              C_GRAD=tables[1] and far_share)),
     }
-    target = GPUTarget("cuda", capability, 32)
-    backend = triton.compiler.make_backend(target)
     results = {}
     for name, (fn, tiles, extra) in jobs.items():
         block_m, block_n, warps, stages = (tuple(tiles) + (cfg.get("num_stages", 2),))[:4]
         if name not in only:
             continue
-        wanted = dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **extra)
         if dropout and "HAS_DROPOUT" not in fn.arg_names and name != "delta":
             raise ValueError("this kernel has no attention dropout")
-        constexprs = {arg: value for arg, value in wanted.items() if arg in fn.arg_names}
-        # As a launch with contiguous (B, T, H, d)-strided q, k, v, dO (fairseq's layout) specializes: the
-        # head-dim strides are 1, pointers and the other q/k/v strides divisible by 16 (vector loads).
-        constexprs.update({arg: 1 for arg in fn.arg_names if re.fullmatch(r"stride_\w+d", arg)})
-        signature = {arg: "constexpr" if arg in constexprs else pointers.get(arg, scalars.get(arg, "i32"))
-                     for arg in fn.arg_names}
-        aligned = [i for i, arg in enumerate(fn.arg_names) if signature[arg].startswith("*")
-                   or re.fullmatch(r"stride_(q|k|v|o|do)[bht]", arg)]
-        source = triton.compiler.ASTSource(fn=fn, constexprs=constexprs, signature=signature,
-                                           attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
-        options = backend.parse_options({"num_warps": warps, "num_stages": stages})
-        compiled = triton.compile(source, target=target, options=options.__dict__)
-        ptx = compiled.asm["ptx"]
-        results[name] = dict(tiles=(block_m, block_n, warps, stages), shared_bytes=compiled.metadata.shared,
-                             **_ptxas_usage(ptx, capability), **ptx_instructions(ptx))
-        if constexprs.get("FAR_SUMS") and name == "dq":  # its far tiles are the forward tile's (the model's count)
+        results[name] = compile_one(fn, dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **extra), pointers, scalars,
+                                    (block_m, block_n, warps, stages), capability)
+        if far_share and name == "dq":  # its far tiles are the forward tile's (the model's count)
             results[name]["far_share"] = list(cfg["forward"][:2])
         if far_dq and name in ("dkdv", "dq"):  # dK/dV's far tiles on this grid add dQ; dQ's far loop runs the rest
             results[name]["far_dq_grid"] = [far_consts["dkdv"]["FAR_M"], far_consts["dkdv"]["FAR_N"]]
         if report:
-            r = results[name]
-            print(f"sm_{capability} {dtype} d={head_dim}{' dropout' if dropout else ''} {name}: "
-                  f"tiles {block_m}x{block_n}, {warps} warps, {stages} stages; {r['registers']} registers, "
-                  f"{r['spill_bytes']} bytes spilled, {r['shared_bytes']} bytes shared; "
-                  f"wgmma {r['wgmma']}, mma.sync {r['mma_sync']}, atomics {r['atomics'] or 'none'}; per loop "
-                  "iteration: " + ", ".join(f"{x['instructions']} instructions ({x['global_loads']} global loads, "
-                                            f"{x['async_copies']} async copies, "
-                                            f"{x['shared_loads']}/{x['shared_stores']} shared loads/stores)"
-                                            for x in r["loops"]), flush=True)
+            print_usage(f"sm_{capability} {dtype} d={head_dim}{' dropout' if dropout else ''} {name}", results[name])
+    return results
+
+
+def compile_one(fn, wanted: dict, pointers: dict, scalars: dict, tiles, capability: int) -> dict:
+    """Compile the jitted ``fn`` for ``sm_<capability>`` as a launch specializes it: ``wanted``'s entries
+    that ``fn`` takes as constexprs, head-dim strides 1, pointers and q/k/v/o/dO strides divisible by 16;
+    arguments typed by ``pointers`` and ``scalars`` (int32 otherwise). Returns the report's entry."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    block_m, block_n, warps, stages = tiles
+    constexprs = {arg: value for arg, value in wanted.items() if arg in fn.arg_names}
+    # As a launch with contiguous (B, T, H, d)-strided q, k, v, dO (fairseq's layout) specializes: the
+    # head-dim strides are 1, pointers and the other q/k/v strides divisible by 16 (vector loads).
+    constexprs.update({arg: 1 for arg in fn.arg_names if re.fullmatch(r"stride_\w*d", arg)})
+    signature = {arg: "constexpr" if arg in constexprs else pointers.get(arg, scalars.get(arg, "i32"))
+                 for arg in fn.arg_names}
+    aligned = [i for i, arg in enumerate(fn.arg_names) if signature[arg].startswith("*")
+               or re.fullmatch(r"stride_(q|k|v|o|do)?_?[bht]", arg)]
+    source = triton.compiler.ASTSource(fn=fn, constexprs=constexprs, signature=signature,
+                                       attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
+    target = GPUTarget("cuda", capability, 32)
+    options = triton.compiler.make_backend(target).parse_options({"num_warps": warps, "num_stages": stages})
+    compiled = triton.compile(source, target=target, options=options.__dict__)
+    ptx = compiled.asm["ptx"]
+    return dict(tiles=(block_m, block_n, warps, stages), shared_bytes=compiled.metadata.shared,
+                **_ptxas_usage(ptx, capability), **ptx_instructions(ptx))
+
+
+def print_usage(title: str, r: dict):
+    print(f"{title}: tiles {r['tiles'][0]}x{r['tiles'][1]}, {r['tiles'][2]} warps, {r['tiles'][3]} stages; "
+          f"{r['registers']} registers, {r['spill_bytes']} bytes spilled, {r['shared_bytes']} bytes shared; "
+          f"wgmma {r['wgmma']}, mma.sync {r['mma_sync']}, atomics {r['atomics'] or 'none'}; per loop "
+          "iteration: " + ", ".join(f"{x['instructions']} instructions ({x['global_loads']} global loads, "
+                                    f"{x['async_copies']} async copies, "
+                                    f"{x['shared_loads']}/{x['shared_stores']} shared loads/stores)"
+                                    for x in r["loops"]), flush=True)
+
+
+def compile_flash_standin(capability: int = 90, dtype: str = "bf16", head_dim: int = 64, dropout: bool = False,
+                          blocks=None, report=True):
+    """Compile the stand-in for SDPA flash (benchmarks/flash_standin.py: forward, one-pass backward) as
+    :func:`compile_kernels` compiles the fused kernel; ``blocks`` overrides its tiles for that architecture."""
+    import triton
+
+    from benchmarks import flash_standin
+
+    element = _ELEMENT[dtype][0]
+    arch = {90: "sm_90"}.get(capability, "sm_80")
+    cfg = {**flash_standin.GPU_BLOCKS[arch, 64 if head_dim <= 64 else 128], **(blocks or {})}
+    pointers = {name: f"*{element}" for name in ("Q", "K", "V", "DO", "Out", "DK", "DV")}
+    pointers.update({name: "*fp32" for name in ("LSE", "Delta", "DQ")})
+    pointers["SEED"] = "*i64"
+    scalars = {"qk_scale": "fp32", "sm_scale": "fp32", "keep_scale": "fp32", "keep_threshold": "i32"}
+    common = dict(HAS_DROPOUT=dropout, D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)))
+    results = {}
+    for name, fn in (("forward", flash_standin._forward_kernel), ("backward", flash_standin._backward_kernel)):
+        tiles = tuple(cfg[name])
+        results[name] = compile_one(fn, dict(common, BLOCK_M=tiles[0], BLOCK_N=tiles[1]), pointers, scalars, tiles,
+                                    capability)
+        if report:
+            print_usage(f"sm_{capability} {dtype} d={head_dim}{' dropout' if dropout else ''} flash {name}",
+                        results[name])
     return results
 
 
@@ -230,19 +272,38 @@ def check_and_time(args):
             print(f"check {check_dtype}: {name} max error / max value = {err:.2e}", flush=True)
             assert err < tol, f"{name} differs from the reference ({err:.2e})"
 
+    from benchmarks import flash_standin
+
+    q, k, v = (torch.randn(2, 3, 333, 64, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    out, g = flash_standin.flash_standin_attention(q, k, v), torch.randn_like(want)
+    for name, x, y in zip(("out", "dq", "dk", "dv"), (out,) + torch.autograd.grad(out, (q, k, v), g),
+                          (want,) + torch.autograd.grad(want, (q, k, v), g)):
+        err = ((x.float() - y.float()).abs().max() / y.float().abs().max().clamp(min=1e-6)).item()
+        print(f"check the flash stand-in against SDPA flash, {dtype}: {name} max error / max value = {err:.2e}", flush=True)
+        assert err < 3e-2, f"the stand-in's {name} differs from SDPA flash ({err:.2e})"
+
     results = {}
-    batch, heads, length, dim = args.batch, args.heads, args.length, args.head_dim
+    batch, heads, length, dim, p = args.batch, args.heads, args.length, args.head_dim, args.dropout
     q, k, v = (torch.randn(batch, heads, length, dim, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
     b = torch.randn(heads, length, device=device, requires_grad=True)
     c = torch.rand(heads, length, device=device).add(0.5).requires_grad_()
+    # transformer_lm_urpe's default tables: T5's 32 buckets up to 128 are constant from distance 113 on
+    b_lm, c_lm = b[:, :114].detach().clone().requires_grad_(), c[:, :114].detach().clone().requires_grad_()
     grad = torch.randn_like(q)
 
-    def sdpa():
+    def sdpa(dropout_p=0.0):
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
 
     cases = {
         "sdpa_flash_no_bias": sdpa,
+        f"sdpa_flash_dropout_{p}": lambda: sdpa(p),
+        "flash_standin": lambda: flash_standin.flash_standin_attention(q, k, v),
+        f"flash_standin_dropout_{p}": lambda: flash_standin.flash_standin_attention(q, k, v, p),
+        "fused_lm_tables": lambda: fused(q, k, v, b_lm, c_lm, blocks=blocks),
+        f"fused_lm_tables_dropout_{p}": lambda: fused(q, k, v, b_lm, c_lm, dropout_p=p, blocks=blocks),
         "fused_bias_and_toeplitz": lambda: fused(q, k, v, b, c, blocks=blocks),
         "fused_no_tables": lambda: fused(q, k, v, blocks=blocks),
         "dense_reference": lambda: reference.causal_urpe_attention_reference(q, k, v, b, c),
@@ -262,11 +323,12 @@ def check_and_time(args):
         print(f"{name}: forward {forward_ms:.3f} ms, forward+backward {both_ms:.3f} ms, "
               f"peak extra memory {extra / 2**20:.1f} MiB", flush=True)
     ref = results["sdpa_flash_no_bias"]["forward_backward_ms"]
-    for name in ("fused_bias_and_toeplitz", "fused_no_tables"):
-        if isinstance(results.get(name), dict):
+    for name in cases:
+        if name != "sdpa_flash_no_bias" and isinstance(results.get(name), dict):
             results[name]["forward_backward_vs_sdpa_flash"] = results[name]["forward_backward_ms"] / ref
-            print(f"{name} / sdpa flash, forward+backward: {results[name]['forward_backward_vs_sdpa_flash']:.2f} "
-                  "(target <= 1.3 for the first)", flush=True)
+            print(f"{name} / sdpa flash (no dropout), forward+backward: "
+                  f"{results[name]['forward_backward_vs_sdpa_flash']:.2f}", flush=True)
+    print("predicted (docs/performance.md): python -m benchmarks.gpu_check.prediction", flush=True)
     return results
 
 
@@ -280,6 +342,7 @@ def main(argv=None):
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--length", type=int, default=2048)
     parser.add_argument("--head-dim", type=int, default=None, help="default 64 (timing); all of COMPILE_CONFIGS (compile)")
+    parser.add_argument("--dropout", type=float, default=0.1, help="attention dropout of the timed dropout cases")
     parser.add_argument("--dtype", default=None, choices=["bfloat16", "float16", "float32"],
                         help="default bfloat16 (timing); all of COMPILE_CONFIGS (compile)")
     parser.add_argument("--blocks", default=None, help="JSON overriding the kernel's tiles, e.g. '{\"dq\": [64, 32, 4, 2]}'")
@@ -302,12 +365,13 @@ def main(argv=None):
         results = {}
         for config in configs:
             cap, dtype, head_dim, dropout = config[:4]
-            plain = config[4:] == ("plain",)
-            padding = not plain and config[4:] != ("no padding",)
             name = _config_name(*config)
             try:
-                results[name] = compile_kernels(cap, dtype, head_dim, blocks, dropout=dropout, kernel=kernel,
-                                                tables=(not plain, not plain), padding=padding)
+                if config[4:] == ("flash",):
+                    results[name] = compile_flash_standin(cap, dtype, head_dim, dropout)
+                else:
+                    results[name] = compile_kernels(cap, dtype, head_dim, blocks, dropout=dropout, kernel=kernel,
+                                                    padding=config[4:] != ("no padding",))
             except Exception as error:  # e.g. a kernel without dropout; the others still compile
                 results[name] = f"not compiled: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
                 print(f"{name}: {results[name]}", flush=True)

@@ -89,8 +89,10 @@ def targets(sections: dict):
     predicted = predict() or {}
 
     def beside(label):
-        value = predicted.get(label)
-        return f"; predicted {value:.2f}x (compile-report model, docs/performance.md)" if value else "; no prediction"
+        value, (low, high) = predicted.get(label), predicted.get(label + " range", (None, None))
+        if not value:
+            return "; no prediction"
+        return f"; predicted {value:.2f}x, range {low:.2f}-{high:.2f}x (compile-report model, docs/performance.md)"
 
     def against_flash(fused, limit, claim, unmeasured, label):  # one target: fused time within limit x flash's
         if flash and fused:
@@ -111,10 +113,10 @@ def targets(sections: dict):
     if eff and urpe:
         ratio = urpe["forward_backward_ms"] / eff["forward_backward_ms"]
         out.append(f"fused URPE faster than SDPA memory-efficient with a bias at L=2048: measured {ratio:.2f}x its time "
-                   f"({'met' if ratio < 1 else 'NOT met'}); predicted faster on H100, about even on H200 (docs/performance.md)")
+                   f"({'met' if ratio < 1 else 'NOT met'}); not predicted (the model prices flash only)")
     else:
-        out.append("fused vs SDPA memory-efficient with a bias at L=2048: not measured; predicted faster on H100, "
-                   "about even on H200 (docs/performance.md)")
+        out.append("fused vs SDPA memory-efficient with a bias at L=2048: not measured; not predicted "
+                   "(the model prices flash only)")
     mem = [speed.get(f"L={n} fused_urpe_lm_tables", {}).get("peak_extra_mib") for n in (512, 1024, 2048, 4096)]
     if all(m is not None for m in mem):
         out.append("fused peak extra memory at L=512..4096 (same tokens per batch, so O(T) means flat): "
