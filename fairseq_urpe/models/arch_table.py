@@ -12,15 +12,11 @@ import sys
 from typing import List
 
 from .architectures import ARCHITECTURES, SIZES, preset, variants
-from .position_kinds import POSITION_KINDS, SCORES, TOEPLITZ_READS, AttentionShape
+from .position_kinds import POSITION_KINDS, SCORES, TOEPLITZ_READS, AttentionShape, flag
 from .relative_position_config import RelativePositionConfig
 from .relative_encoder import ENCODER_ARCHITECTURES, ENCODER_SIZES, ENCODER_VARIANTS
 
 HEADS, HEAD_DIM = 8, 64  # the base size's, for the parameter counts
-
-
-def flag(option: str) -> str:
-    return "--" + option.replace("_", "-")
 
 
 def cell(text: str) -> str:

@@ -150,6 +150,7 @@ def readers(option: str) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
 
 
 def flag(option: str) -> str:
+    """The command-line flag of a config field: ``rpe_max_distance`` -> ``--rpe-max-distance``."""
     return "--" + option.replace("_", "-")
 
 
