@@ -52,14 +52,43 @@ def _keep(seed, bh, rows, start_n, keep_threshold, M: tl.constexpr, N: tl.conste
 
 
 @triton.jit
+def _head_base(H, stride_b, stride_h):
+    """``(bh, base)``: this program's ``bh = program_id(1)`` of B H and the int64 offset of its (batch, head)."""
+    bh = tl.program_id(1)
+    return bh, tl.cast(bh // H, tl.int64) * stride_b + tl.cast(bh % H, tl.int64) * stride_h
+
+
+@triton.jit
+def _seed(SEED, HAS_DROPOUT: tl.constexpr):
+    """Attention dropout's Philox key (0 without dropout)."""
+    seed = 0
+    if HAS_DROPOUT:
+        seed = tl.load(SEED)
+    return seed
+
+
+@triton.jit
+def _tile(start, T, D: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr):
+    """``(rows, dims, mask)``: rows ``start .. start + BLOCK - 1`` of a (T, D) matrix, ``0 .. BLOCK_D - 1``
+    and the (BLOCK, BLOCK_D) mask of the entries inside it."""
+    rows = start + tl.arange(0, BLOCK)
+    dims = tl.arange(0, BLOCK_D)
+    return rows, dims, (rows[:, None] < T) & (dims[None, :] < D)
+
+
+@triton.jit
+def _load(X, rows, dims, stride_t, stride_d, mask):
+    """The (len(rows), len(dims)) tile of ``X`` (T, D) at ``rows``, 0 outside ``mask``."""
+    return tl.load(X + rows[:, None] * stride_t + dims[None, :] * stride_d, mask=mask, other=0.0)
+
+
+@triton.jit
 def _forward_tile(acc, m_i, l_i, q, K, V, seed, rows, start_n, bh, stride_t, stride_d, T, qk_scale, keep_threshold,
                   CAUSAL: tl.constexpr, HAS_DROPOUT: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-    cols = start_n + tl.arange(0, BLOCK_N)
-    dims = tl.arange(0, BLOCK_D)
-    kv_mask = (cols[:, None] < T) & (dims[None, :] < D)
-    k = tl.load(K + cols[:, None] * stride_t + dims[None, :] * stride_d, mask=kv_mask, other=0.0)  # (BLOCK_N, BLOCK_D)
-    v = tl.load(V + cols[:, None] * stride_t + dims[None, :] * stride_d, mask=kv_mask, other=0.0)
+    cols, dims, kv_mask = _tile(start_n, T, D, BLOCK_N, BLOCK_D)
+    k = _load(K, cols, dims, stride_t, stride_d, kv_mask)  # (BLOCK_N, BLOCK_D)
+    v = _load(V, cols, dims, stride_t, stride_d, kv_mask)
     s = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_M, BLOCK_N), base 2
     if CAUSAL:
         s = tl.where(cols[None, :] <= rows[:, None], s, float("-inf"))
@@ -80,15 +109,10 @@ def _forward_kernel(Q, K, V, Out, LSE, SEED, stride_b, stride_h, stride_t, strid
     """Keys 0 .. the diagonal for BLOCK_M queries: the tiles wholly below it, then those on it (masked);
     the last query tiles (the most keys) first."""
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
-    bh = tl.program_id(1)
-    base = tl.cast(bh // H, tl.int64) * stride_b + tl.cast(bh % H, tl.int64) * stride_h
-    seed = 0
-    if HAS_DROPOUT:
-        seed = tl.load(SEED)
-    rows = start_m + tl.arange(0, BLOCK_M)
-    dims = tl.arange(0, BLOCK_D)
-    row_mask = (rows[:, None] < T) & (dims[None, :] < D)
-    q = tl.load(Q + base + rows[:, None] * stride_t + dims[None, :] * stride_d, mask=row_mask, other=0.0)
+    bh, base = _head_base(H, stride_b, stride_h)
+    seed = _seed(SEED, HAS_DROPOUT)
+    rows, dims, row_mask = _tile(start_m, T, D, BLOCK_M, BLOCK_D)
+    q = _load(Q + base, rows, dims, stride_t, stride_d, row_mask)
     K += base
     V += base
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -112,11 +136,8 @@ def _forward_kernel(Q, K, V, Out, LSE, SEED, stride_b, stride_h, stride_t, strid
 @triton.jit
 def _delta_kernel(O, DO, Delta, stride_b, stride_h, stride_t, stride_d, H, T, D: tl.constexpr,
                   BLOCK: tl.constexpr, BLOCK_D: tl.constexpr):
-    bh = tl.program_id(1)
-    base = tl.cast(bh // H, tl.int64) * stride_b + tl.cast(bh % H, tl.int64) * stride_h
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    dims = tl.arange(0, BLOCK_D)
-    mask = (rows[:, None] < T) & (dims[None, :] < D)
+    bh, base = _head_base(H, stride_b, stride_h)
+    rows, dims, mask = _tile(tl.program_id(0) * BLOCK, T, D, BLOCK, BLOCK_D)
     offsets = base + rows[:, None] * stride_t + dims[None, :] * stride_d
     o = tl.load(O + offsets, mask=mask, other=0.0).to(tl.float32)
     do = tl.load(DO + offsets, mask=mask, other=0.0).to(tl.float32)
@@ -128,11 +149,9 @@ def _backward_tile(dk, dv, k, v, Q, DO, DQ, LSE, Delta, seed, cols, start_n, sta
                    qk_scale, keep_threshold, keep_scale, CAUSAL: tl.constexpr, HAS_DROPOUT: tl.constexpr,
                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """One query tile of the one-pass backward, keys as rows (``k q^T``: (BLOCK_N, BLOCK_M))."""
-    rows = start_m + tl.arange(0, BLOCK_M)
-    dims = tl.arange(0, BLOCK_D)
-    row_mask = (rows[:, None] < T) & (dims[None, :] < D)
-    q = tl.load(Q + rows[:, None] * stride_t + dims[None, :] * stride_d, mask=row_mask, other=0.0)  # (BLOCK_M, BLOCK_D)
-    do = tl.load(DO + rows[:, None] * stride_t + dims[None, :] * stride_d, mask=row_mask, other=0.0)
+    rows, dims, row_mask = _tile(start_m, T, D, BLOCK_M, BLOCK_D)
+    q = _load(Q, rows, dims, stride_t, stride_d, row_mask)  # (BLOCK_M, BLOCK_D)
+    do = _load(DO, rows, dims, stride_t, stride_d, row_mask)
     lse = tl.load(LSE + rows, mask=rows < T, other=float("inf"))  # rows >= T: P = 0
     delta = tl.load(Delta + rows, mask=rows < T, other=0.0)
     s = tl.dot(k, tl.trans(q)) * qk_scale  # S^T, base 2
@@ -160,16 +179,11 @@ def _backward_kernel(Q, K, V, DO, DQ, DK, DV, LSE, Delta, SEED, stride_b, stride
     """dK, dV of BLOCK_N keys and their share of dQ (float32 sum ``DQ`` (B H, T, D)): the query tiles on
     the diagonal (masked), then those wholly below it."""
     start_n = tl.program_id(0) * BLOCK_N
-    bh = tl.program_id(1)
-    base = tl.cast(bh // H, tl.int64) * stride_b + tl.cast(bh % H, tl.int64) * stride_h
-    seed = 0
-    if HAS_DROPOUT:
-        seed = tl.load(SEED)
-    cols = start_n + tl.arange(0, BLOCK_N)
-    dims = tl.arange(0, BLOCK_D)
-    col_mask = (cols[:, None] < T) & (dims[None, :] < D)
-    k = tl.load(K + base + cols[:, None] * stride_t + dims[None, :] * stride_d, mask=col_mask, other=0.0)
-    v = tl.load(V + base + cols[:, None] * stride_t + dims[None, :] * stride_d, mask=col_mask, other=0.0)
+    bh, base = _head_base(H, stride_b, stride_h)
+    seed = _seed(SEED, HAS_DROPOUT)
+    cols, dims, col_mask = _tile(start_n, T, D, BLOCK_N, BLOCK_D)
+    k = _load(K + base, cols, dims, stride_t, stride_d, col_mask)
+    v = _load(V + base, cols, dims, stride_t, stride_d, col_mask)
     Q += base
     DO += base
     DQ += tl.cast(bh, tl.int64) * T * D

@@ -7,7 +7,8 @@ import triton
 import triton.language as tl
 
 from .score_tiles import (DIAGONAL_STAGE, FAR_STAGE, NEAR_STAGE, PAD_SCORE, c_times_keep_scale, dropout_kept,
-                          exp_base, far_values, key_tile_ranges, load_seed, scores, z_scale)
+                          exp_base, far_values, head_tile_offsets, key_range, key_tile, key_tile_ranges, load_seed,
+                          load_tile, program_head, row_stats, scores, tile_mask, tile_rows, z_scale)
 
 
 @triton.jit
@@ -75,16 +76,10 @@ def dkdv_tiles(
     else:
         first_m, last_m = far, T
     for start_m in range(first_m, last_m, BLOCK_M):
-        rows = start_m + offs_m
-        row_mask = (rows[:, None] < T) & (dims[None, :] < D)
-        first_row = tl.cast(start_m, tl.int64)
-        q = tl.load(Q + first_row * stride_qt + offs_m[:, None] * stride_qt + dims[None, :] * stride_qd,
-                    mask=row_mask, other=0.0)  # (BLOCK_M, BLOCK_D)
-        do = tl.load(DO + first_row * stride_dot + offs_m[:, None] * stride_dot + dims[None, :] * stride_dod,
-                     mask=row_mask, other=0.0)
-        m = tl.load(RowMax + rows, mask=rows < T, other=float("inf"))  # rows >= T: P = 0
-        l = tl.load(RowSum + rows, mask=rows < T, other=1.0)
-        delta = tl.load(Delta + rows, mask=rows < T, other=0.0)
+        rows, row_mask, first_row = tile_mask(start_m, offs_m, dims, T, D)
+        q = load_tile(Q, first_row, offs_m, dims, stride_qt, stride_qd, row_mask)  # (BLOCK_M, BLOCK_D)
+        do = load_tile(DO, first_row, offs_m, dims, stride_dot, stride_dod, row_mask)
+        m, l, delta = row_stats(RowMax, RowSum, Delta, rows, T)
         distance = rows[None, :] - cols[:, None]  # (BLOCK_N, BLOCK_M): i - j
         first = start_m - start_n - (BLOCK_N - 1)
         s = scores(k, q, BIAS_TABLE, first, distance, LAST_B, b_far, qk_scale, log2e, HAS_BIAS, FAR_TILE, SLICE, BLOCK_N,
@@ -146,18 +141,12 @@ def dkdv_kernel(
     atomics, for the dQ kernel to read.
     """
     start_n = tl.program_id(0) * BLOCK_N
-    bh = tl.program_id(1)
-    b = tl.cast(bh // H, tl.int64)
-    h = tl.cast(bh % H, tl.int64)
+    bh, b, h = program_head(H)
     seed = load_seed(SEED, HAS_DROPOUT)
+    offs_n, dims, cols, col_mask, first_col = tile_rows(start_n, T, D, BLOCK_N, BLOCK_D)
     offs_m = tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    cols = start_n + offs_n
-    dims = tl.arange(0, BLOCK_D)
-    col_mask = (cols[:, None] < T) & (dims[None, :] < D)
-    first_col = tl.cast(start_n, tl.int64)
-    k_offsets = b * stride_kb + h * stride_kh + first_col * stride_kt + offs_n[:, None] * stride_kt + dims[None, :] * stride_kd
-    v_offsets = b * stride_vb + h * stride_vh + first_col * stride_vt + offs_n[:, None] * stride_vt + dims[None, :] * stride_vd
+    k_offsets = head_tile_offsets(b, h, first_col, offs_n, dims, stride_kb, stride_kh, stride_kt, stride_kd)
+    v_offsets = head_tile_offsets(b, h, first_col, offs_n, dims, stride_vb, stride_vh, stride_vt, stride_vd)
     k = tl.load(K + k_offsets, mask=col_mask, other=0.0)  # (BLOCK_N, BLOCK_D)
     v = tl.load(V + v_offsets, mask=col_mask, other=0.0)
     if HAS_PAD:
@@ -221,27 +210,11 @@ def dq_tiles(
     FAR_TILE: tl.constexpr = STAGE == FAR_STAGE
     TILE_BIAS_GRAD: tl.constexpr = BIAS_GRAD and not (FAR_TILE and FAR_SUMS)
     TILE_C_GRAD: tl.constexpr = C_GRAD and not (FAR_TILE and FAR_SUMS)
-    if STAGE == FAR_STAGE:
-        lo, hi = first_far, far
-    elif STAGE == NEAR_STAGE:
-        lo, hi = far, below
-    else:
-        lo, hi = below, tl.minimum(start_m + BLOCK_M, T)
+    lo, hi = key_range(STAGE, first_far, far, below, start_m, T, BLOCK_M)
     for start_n in range(lo, hi, BLOCK_N):
-        cols = start_n + offs_n
-        col_mask = (cols[:, None] < T) & (dims[None, :] < D)
-        start = tl.cast(start_n, tl.int64)
-        k = tl.load(K + start * stride_kt + offs_n[:, None] * stride_kt + dims[None, :] * stride_kd, mask=col_mask, other=0.0)
-        v = tl.load(V + start * stride_vt + offs_n[:, None] * stride_vt + dims[None, :] * stride_vd, mask=col_mask, other=0.0)
-        distance = rows[:, None] - cols[None, :]  # (BLOCK_M, BLOCK_N): i - j
-        first = start_m - start_n - (BLOCK_N - 1)
-        s = scores(q, k, BIAS_TABLE, first, distance, LAST_B, b_far, qk_scale, log2e, HAS_BIAS, FAR_TILE, SLICE, BLOCK_M,
-                    BLOCK_N, PRECISION, ACC)
-        if HAS_PAD:
-            padded = tl.load(PAD + cols, mask=cols < T, other=1) != 0
-            s = tl.where(padded[None, :], PAD_SCORE, s)
-        if STAGE == DIAGONAL_STAGE:
-            s = tl.where(distance >= 0, s, float("-inf"))
+        k, v, distance, first, s, padded = key_tile(
+            q, K, V, BIAS_TABLE, PAD, rows, offs_n, dims, start_m, start_n, stride_kt, stride_kd, stride_vt, stride_vd,
+            T, LAST_B, b_far, D, qk_scale, log2e, HAS_BIAS, HAS_PAD, STAGE, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC)
         p = exp_base(s - m[:, None], EXP2) / l[:, None]
         dw = tl.dot(do, tl.trans(v), input_precision=PRECISION, out_dtype=ACC)
         if HAS_DROPOUT:  # Z / keep_scale: the scale rides on c
@@ -292,24 +265,15 @@ def dq_kernel(
     kernel has added the dQ of the far tiles on the grid ``FAR_M x DQ_FAR_N`` to ``FarDQ``; this kernel
     runs the forward's other far tiles and adds ``FarDQ``'s rows."""
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
-    bh = tl.program_id(1)
-    b = tl.cast(bh // H, tl.int64)
-    h = tl.cast(bh % H, tl.int64)
+    bh, b, h = program_head(H)
     seed = load_seed(SEED, HAS_DROPOUT)
-    offs_m = tl.arange(0, BLOCK_M)
+    offs_m, dims, rows, row_mask, first_row = tile_rows(start_m, T, D, BLOCK_M, BLOCK_D)
     offs_n = tl.arange(0, BLOCK_N)
-    rows = start_m + offs_m
-    dims = tl.arange(0, BLOCK_D)
-    row_mask = (rows[:, None] < T) & (dims[None, :] < D)
-    first_row = tl.cast(start_m, tl.int64)
-    q_offsets = b * stride_qb + h * stride_qh + first_row * stride_qt + offs_m[:, None] * stride_qt + dims[None, :] * stride_qd
+    q_offsets = head_tile_offsets(b, h, first_row, offs_m, dims, stride_qb, stride_qh, stride_qt, stride_qd)
     q = tl.load(Q + q_offsets, mask=row_mask, other=0.0)
-    do = tl.load(DO + b * stride_dob + h * stride_doh + first_row * stride_dot + offs_m[:, None] * stride_dot
-                 + dims[None, :] * stride_dod, mask=row_mask, other=0.0)
+    do = load_tile(DO + b * stride_dob + h * stride_doh, first_row, offs_m, dims, stride_dot, stride_dod, row_mask)
     stats = tl.cast(bh, tl.int64) * T
-    m = tl.load(RowMax + stats + rows, mask=rows < T, other=float("inf"))  # rows >= T: P = 0
-    l = tl.load(RowSum + stats + rows, mask=rows < T, other=1.0)
-    delta = tl.load(Delta + stats + rows, mask=rows < T, other=0.0)
+    m, l, delta = row_stats(RowMax + stats, RowSum + stats, Delta + stats, rows, T)
     K += b * stride_kb + h * stride_kh
     V += b * stride_vb + h * stride_vh
     PAD += b * stride_pad_b
@@ -367,19 +331,10 @@ def delta_kernel(O, DO, Delta, FarOut, FarMax, FarSum, RowMax, RowSum, C_TABLE, 
     its far keys) and ``a_i = P^far_i dO_i . FarOut_i`` (= sum over far j of ``P_ij Z_ij dO_i . v_j``),
     ``dc(last) += sum_i a_i`` and ``db(last) += sum_i (c(last) a_i - D_i P^far_i)``: one atomic per table.
     """
-    start = tl.program_id(0) * BLOCK
-    bh = tl.program_id(1)
-    b = tl.cast(bh // H, tl.int64)
-    h = tl.cast(bh % H, tl.int64)
-    offs = tl.arange(0, BLOCK)
-    dims = tl.arange(0, BLOCK_D)
-    rows = start + offs
-    mask = (rows[:, None] < T) & (dims[None, :] < D)
-    first = tl.cast(start, tl.int64)
-    o = tl.load(O + b * stride_ob + h * stride_oh + first * stride_ot + offs[:, None] * stride_ot
-                + dims[None, :] * stride_od, mask=mask, other=0.0).to(ACC)
-    do = tl.load(DO + b * stride_dob + h * stride_doh + first * stride_dot + offs[:, None] * stride_dot
-                 + dims[None, :] * stride_dod, mask=mask, other=0.0).to(ACC)
+    bh, b, h = program_head(H)
+    offs, dims, rows, mask, first = tile_rows(tl.program_id(0) * BLOCK, T, D, BLOCK, BLOCK_D)
+    o = load_tile(O + b * stride_ob + h * stride_oh, first, offs, dims, stride_ot, stride_od, mask).to(ACC)
+    do = load_tile(DO + b * stride_dob + h * stride_doh, first, offs, dims, stride_dot, stride_dod, mask).to(ACC)
     delta = tl.sum(o * do, 1)
     stats = tl.cast(bh, tl.int64) * T
     tl.store(Delta + stats + rows, delta, mask=rows < T)

@@ -9,8 +9,9 @@ relative bias ``B`` and a Toeplitz reweighting ``C`` by distance, and attention 
 import triton
 import triton.language as tl
 
-from .score_tiles import (DIAGONAL_STAGE, FAR_STAGE, NEAR_STAGE, PAD_SCORE, dropout_kept, exp_base, far_values,
-                          key_tile_ranges, load_seed, scores, table_tile, z_scale)
+from .score_tiles import (DIAGONAL_STAGE, FAR_STAGE, NEAR_STAGE, dropout_kept, exp_base, far_values, key_range, key_tile,
+                          key_tile_ranges, load_seed, load_tile, program_head, table_tile, tile_pointers, tile_rows,
+                          z_scale)
 
 
 @triton.jit
@@ -27,29 +28,11 @@ def forward_tiles(
     diagonal (causal mask). ``K``, ``V``, ``PAD`` point at this (batch, head)'s key 0, ``BIAS_TABLE``,
     ``C_TABLE`` at its head's table. Returns the running ``acc``, ``m_i``, ``l_i``."""
     FAR_TILE: tl.constexpr = STAGE == FAR_STAGE
-    if STAGE == FAR_STAGE:
-        lo, hi = 0, far
-    elif STAGE == NEAR_STAGE:
-        lo, hi = far, below
-    else:
-        lo, hi = below, tl.minimum(start_m + BLOCK_M, T)
+    lo, hi = key_range(STAGE, 0, far, below, start_m, T, BLOCK_M)
     for start_n in range(lo, hi, BLOCK_N):
-        cols = start_n + offs_n
-        col_mask = (cols[:, None] < T) & (dims[None, :] < D)
-        start = tl.cast(start_n, tl.int64)
-        k = tl.load(K + start * stride_kt + offs_n[:, None] * stride_kt + dims[None, :] * stride_kd,
-                    mask=col_mask, other=0.0)  # (BLOCK_N, BLOCK_D)
-        v = tl.load(V + start * stride_vt + offs_n[:, None] * stride_vt + dims[None, :] * stride_vd,
-                    mask=col_mask, other=0.0)
-        distance = rows[:, None] - cols[None, :]  # (BLOCK_M, BLOCK_N): i - j
-        first = start_m - start_n - (BLOCK_N - 1)  # the tile's smallest distance
-        s = scores(q, k, BIAS_TABLE, first, distance, LAST_B, b_far, qk_scale, log2e, HAS_BIAS, FAR_TILE, SLICE,
-                   BLOCK_M, BLOCK_N, PRECISION, ACC)
-        if HAS_PAD:
-            padded = tl.load(PAD + cols, mask=cols < T, other=1) != 0  # (BLOCK_N,)
-            s = tl.where(padded[None, :], PAD_SCORE, s)
-        if STAGE == DIAGONAL_STAGE:  # for rows < T this also hides keys >= T; rows >= T are never stored
-            s = tl.where(distance >= 0, s, float("-inf"))
+        _, v, distance, first, s, _ = key_tile(
+            q, K, V, BIAS_TABLE, PAD, rows, offs_n, dims, start_m, start_n, stride_kt, stride_kd, stride_vt, stride_vd,
+            T, LAST_B, b_far, D, qk_scale, log2e, HAS_BIAS, HAS_PAD, STAGE, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC)
         # Key 0 is visible to every row and comes first, so m_i is finite after the first tile.
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = exp_base(m_i - m_new, EXP2)
@@ -85,18 +68,11 @@ def forward_kernel(
     tiles, which :func:`~.backward_kernels.delta_kernel` then adds): ``FarOut_i = sum_far e^(S_ij - m') Z_ij v_j / l'``
     ``(B * H, T, D)`` and the running ``m'``, ``l'`` at that point in ``FarMax``, ``FarSum``."""
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
-    bh = tl.program_id(1)
-    b = tl.cast(bh // H, tl.int64)
-    h = tl.cast(bh % H, tl.int64)
+    bh, b, h = program_head(H)
     seed = load_seed(SEED, HAS_DROPOUT)
-    offs_m = tl.arange(0, BLOCK_M)
+    offs_m, dims, rows, row_mask, first_row = tile_rows(start_m, T, D, BLOCK_M, BLOCK_D)
     offs_n = tl.arange(0, BLOCK_N)
-    rows = start_m + offs_m
-    dims = tl.arange(0, BLOCK_D)
-    row_mask = (rows[:, None] < T) & (dims[None, :] < D)
-    first_row = tl.cast(start_m, tl.int64)
-    q = tl.load(Q + b * stride_qb + h * stride_qh + first_row * stride_qt + offs_m[:, None] * stride_qt
-                + dims[None, :] * stride_qd, mask=row_mask, other=0.0)  # (BLOCK_M, BLOCK_D)
+    q = load_tile(Q + b * stride_qb + h * stride_qh, first_row, offs_m, dims, stride_qt, stride_qd, row_mask)
     K += b * stride_kb + h * stride_kh
     V += b * stride_vb + h * stride_vh
     BIAS_TABLE += h * stride_bias_table_h
@@ -137,8 +113,8 @@ def forward_kernel(
 
     out = acc / l_i[:, None]
     out = out * z_scale(keep_scale, HAS_DROPOUT)
-    tl.store(Out + b * stride_ob + h * stride_oh + first_row * stride_ot + offs_m[:, None] * stride_ot
-             + dims[None, :] * stride_od, out.to(Out.dtype.element_ty), mask=row_mask)
+    tl.store(tile_pointers(Out + b * stride_ob + h * stride_oh, first_row, offs_m, dims, stride_ot, stride_od),
+             out.to(Out.dtype.element_ty), mask=row_mask)
     stats = tl.cast(bh, tl.int64) * T
     tl.store(RowMax + stats + rows, m_i, mask=rows < T)
     tl.store(RowSum + stats + rows, l_i, mask=rows < T)

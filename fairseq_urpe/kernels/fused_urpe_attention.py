@@ -54,6 +54,7 @@ import triton.language as tl
 from .backward_kernels import delta_kernel, dkdv_kernel, dq_kernel
 from .dropout_rate import dropout_keep
 from .forward_kernel import forward_kernel
+from .reference import check_inputs
 from .score_tiles import dropout_mask_kernel
 from .tiles import (MAX_HEAD_DIM, MAX_TILE, block_d, blocks_for, far_flags, far_share_fits, precision, table_reach,
                     tile, uses_far_share)
@@ -324,17 +325,9 @@ def fused_causal_urpe_attention(
     gradients and dQ are not bitwise deterministic).
     """
     batch, heads, length, head_dim = q.shape
-    if k.shape != q.shape or v.shape != q.shape:
-        raise ValueError(f"q, k, v must have one shape (B, H, T, d); got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"q, k, v must have one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    check_inputs(q, k, v, bias_table, c_table, key_padding_mask)  # the reference's contract
     if head_dim > MAX_HEAD_DIM:
         raise ValueError(f"head dim {head_dim} exceeds the kernel's maximum of {MAX_HEAD_DIM}")
-    for name, table in (("bias_table", bias_table), ("c_table", c_table)):
-        if table is not None and (table.dim() != 2 or table.size(0) != heads or table.size(1) < 1):
-            raise ValueError(f"{name} must be (H={heads}, n >= 1); got {tuple(table.shape)}")
-    if key_padding_mask is not None and tuple(key_padding_mask.shape) != (batch, length):
-        raise ValueError(f"key_padding_mask must be (B={batch}, T={length}); got {tuple(key_padding_mask.shape)}")
     if batch * heads > 65535:
         raise ValueError(f"batch x heads = {batch * heads} exceeds the kernel grid's 65535")
     if not 0.0 <= dropout_p < 1.0:

@@ -17,18 +17,28 @@ from typing import Optional
 import torch
 
 
-def causal_urpe_attention_reference(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    bias_table: Optional[torch.Tensor] = None,
-    c_table: Optional[torch.Tensor] = None,
-    key_padding_mask: Optional[torch.Tensor] = None,
-    scale: Optional[float] = None,
-    dropout_mask: Optional[torch.Tensor] = None,
-) -> torch.Tensor:
+def check_inputs(q, k, v, bias_table=None, c_table=None, key_padding_mask=None) -> None:
+    """Raise ``ValueError`` naming the argument unless q, k, v are ``(B, H, T, d)`` of one dtype, the tables
+    ``(H, n)``, ``n >= 1``, and the padding mask ``(B, T)``."""
+    batch, heads, length, _ = q.shape
+    if k.shape != q.shape or v.shape != q.shape:
+        raise ValueError(f"q, k, v must have one shape (B, H, T, d); got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must have one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    for name, table in (("bias_table", bias_table), ("c_table", c_table)):
+        if table is not None and (table.dim() != 2 or table.size(0) != heads or table.size(1) < 1):
+            raise ValueError(f"{name} must be (H={heads}, n >= 1); got {tuple(table.shape)}")
+    if key_padding_mask is not None and tuple(key_padding_mask.shape) != (batch, length):
+        raise ValueError(f"key_padding_mask must be (B={batch}, T={length}); got {tuple(key_padding_mask.shape)}")
+
+
+def causal_urpe_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                    bias_table: Optional[torch.Tensor] = None, c_table: Optional[torch.Tensor] = None,
+                                    key_padding_mask: Optional[torch.Tensor] = None, scale: Optional[float] = None,
+                                    dropout_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``(B, H, T, d)`` causal attention with a bias and a Toeplitz reweighting by distance (see module doc);
-    ``dropout_mask``: ``Z``, ``(B, H, T, T)``."""
+    ``dropout_mask``: ``Z``, ``(B, H, T, T)``. Inputs as :func:`check_inputs` admits."""
+    check_inputs(q, k, v, bias_table, c_table, key_padding_mask)
     length, head_dim = q.size(2), q.size(3)
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     dtype = torch.promote_types(q.dtype, torch.float32)

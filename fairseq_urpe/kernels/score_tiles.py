@@ -1,5 +1,6 @@
-"""The tile arithmetic every fused kernel shares (``@triton.jit`` device code only): a tile's scores
-``log2(e) (scale q k^T + B)``, a table's slice by distance expanded to a tile, the attention-dropout mask
+"""The tile arithmetic every fused kernel shares (``@triton.jit`` device code only): a program's (batch,
+head) and the rows, mask and addresses of its tiles, a tile's scores ``log2(e) (scale q k^T + B)`` (with
+padding and the causal mask), a table's slice by distance expanded to a tile, the attention-dropout mask
 of a tile (Philox-4x32-7), the far tiles' scalar tables, and which key tiles are far, below or on the
 diagonal. The kernels that use them: ``forward_kernel.py``, ``backward_kernels.py``.
 
@@ -17,6 +18,63 @@ PHILOX_ROUNDS = tl.constexpr(7)  # attention dropout's Philox-4x32 rounds: Flash
 FAR_STAGE = tl.constexpr(0)
 NEAR_STAGE = tl.constexpr(1)
 DIAGONAL_STAGE = tl.constexpr(2)
+
+
+@triton.jit
+def program_head(H):
+    """This program's ``bh = program_id(1)`` (of ``B * H``) and its batch and head ``bh // H``, ``bh % H``
+    in int64 (pointer bases of any size)."""
+    bh = tl.program_id(1)
+    return bh, tl.cast(bh // H, tl.int64), tl.cast(bh % H, tl.int64)
+
+
+@triton.jit
+def tile_mask(start, offs, dims, T, D: tl.constexpr):
+    """Rows ``start + offs`` of a (T, D) matrix: their indices, the (len(offs), len(dims)) mask of the
+    tile's entries inside the matrix, and ``start`` in int64 (the tile's first row, for its pointer base)."""
+    rows = start + offs
+    return rows, (rows[:, None] < T) & (dims[None, :] < D), tl.cast(start, tl.int64)
+
+
+@triton.jit
+def tile_rows(start, T, D: tl.constexpr, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr):
+    """``(offs, dims, rows, mask, first)``: ``0 .. BLOCK - 1``, ``0 .. BLOCK_D - 1`` and
+    :func:`tile_mask` of rows ``start .. start + BLOCK - 1``."""
+    offs = tl.arange(0, BLOCK)
+    dims = tl.arange(0, BLOCK_D)
+    rows, mask, first = tile_mask(start, offs, dims, T, D)
+    return offs, dims, rows, mask, first
+
+
+@triton.jit
+def tile_pointers(X, first, offs, dims, stride_t, stride_d):
+    """Pointers (len(offs), len(dims)) to rows ``first + offs`` of ``X``, a (T, D) matrix with strides
+    ``stride_t``, ``stride_d`` (``X`` at its (batch, head)); ``first`` int64, ``offs`` and ``dims`` int32."""
+    return X + first * stride_t + offs[:, None] * stride_t + dims[None, :] * stride_d
+
+
+@triton.jit
+def load_tile(X, first, offs, dims, stride_t, stride_d, mask):
+    """The tile of :func:`tile_pointers`, 0 outside ``mask``."""
+    return tl.load(tile_pointers(X, first, offs, dims, stride_t, stride_d), mask=mask, other=0.0)
+
+
+@triton.jit
+def head_tile_offsets(b, h, first, offs, dims, stride_b, stride_h, stride_t, stride_d):
+    """Element offsets (len(offs), len(dims)), int64, of rows ``first + offs`` of head ``(b, h)`` of a
+    (B, H, T, D) tensor with strides ``stride_b .. stride_d``: for a load and a store at one tile."""
+    return b * stride_b + h * stride_h + first * stride_t + offs[:, None] * stride_t + dims[None, :] * stride_d
+
+
+@triton.jit
+def row_stats(RowMax, RowSum, Delta, rows, T):
+    """The forward's row max ``m``, row sum ``l`` and ``D_i`` of ``rows`` (each ``(len(rows),)``); rows >= T
+    read ``m = inf``, so that their ``P = 0``."""
+    m = tl.load(RowMax + rows, mask=rows < T, other=float("inf"))
+    l = tl.load(RowSum + rows, mask=rows < T, other=1.0)
+    delta = tl.load(Delta + rows, mask=rows < T, other=0.0)
+    return m, l, delta
+
 
 @triton.jit
 def table_tile(TABLE, first, distance, LAST, L: tl.constexpr, M: tl.constexpr, N: tl.constexpr, factor=1.0):
@@ -143,6 +201,47 @@ def scores(q, k, TABLE, first, distance, LAST, b_far, qk_scale, log2e,
         else:
             s += table_tile(TABLE, first, distance, LAST, SLICE, M, N, log2e)
     return s
+
+
+@triton.jit
+def key_range(STAGE: tl.constexpr, first_far, far, below, start_m, T, BLOCK_M: tl.constexpr):
+    """The keys ``(lo, hi)`` of one ``STAGE`` for the query tile at ``start_m``: far ``first_far .. far``,
+    near ``far .. below``, on the diagonal ``below .. min(start_m + BLOCK_M, T)``."""
+    if STAGE == FAR_STAGE:
+        lo, hi = first_far, far
+    elif STAGE == NEAR_STAGE:
+        lo, hi = far, below
+    else:
+        lo, hi = below, tl.minimum(start_m + BLOCK_M, T)
+    return lo, hi
+
+
+@triton.jit
+def key_tile(
+    q, K, V, BIAS_TABLE, PAD, rows, offs_n, dims, start_m, start_n, stride_kt, stride_kd, stride_vt, stride_vd,
+    T, LAST_B, b_far, D: tl.constexpr, qk_scale, log2e, HAS_BIAS: tl.constexpr, HAS_PAD: tl.constexpr,
+    STAGE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLICE: tl.constexpr,
+    PRECISION: tl.constexpr, ACC: tl.constexpr,
+):
+    """Key tile ``start_n`` of the query tile ``q`` at ``start_m`` (``K``, ``V``, ``PAD`` at this (batch,
+    head)'s key 0): ``(k, v, distance, first, s, padded)``, k and v (BLOCK_N, BLOCK_D), the distances
+    ``i - j`` (BLOCK_M, BLOCK_N) and the tile's smallest, the :func:`scores` with padded keys at
+    ``PAD_SCORE`` and, on the diagonal, future keys at -inf, and which keys are padded (BLOCK_N,)."""
+    FAR_TILE: tl.constexpr = STAGE == FAR_STAGE
+    cols, col_mask, start = tile_mask(start_n, offs_n, dims, T, D)
+    k = load_tile(K, start, offs_n, dims, stride_kt, stride_kd, col_mask)  # (BLOCK_N, BLOCK_D)
+    v = load_tile(V, start, offs_n, dims, stride_vt, stride_vd, col_mask)
+    distance = rows[:, None] - cols[None, :]  # (BLOCK_M, BLOCK_N): i - j
+    first = start_m - start_n - (BLOCK_N - 1)  # the tile's smallest distance
+    s = scores(q, k, BIAS_TABLE, first, distance, LAST_B, b_far, qk_scale, log2e, HAS_BIAS, FAR_TILE, SLICE,
+               BLOCK_M, BLOCK_N, PRECISION, ACC)
+    padded = cols < 0
+    if HAS_PAD:
+        padded = tl.load(PAD + cols, mask=cols < T, other=1) != 0  # (BLOCK_N,)
+        s = tl.where(padded[None, :], PAD_SCORE, s)
+    if STAGE == DIAGONAL_STAGE:  # for rows < T this also hides keys >= T; rows >= T are never stored
+        s = tl.where(distance >= 0, s, float("-inf"))
+    return k, v, distance, first, s, padded
 
 
 @triton.jit
