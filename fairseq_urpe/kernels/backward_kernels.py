@@ -143,8 +143,8 @@ def dkdv_kernel(
     start_n = tl.program_id(0) * BLOCK_N
     bh, b, h = program_head(H)
     seed = load_seed(SEED, HAS_DROPOUT)
-    offs_n, dims, cols, col_mask, first_col = tile_rows(start_n, T, D, BLOCK_N, BLOCK_D)
     offs_m = tl.arange(0, BLOCK_M)
+    offs_n, dims, cols, col_mask, first_col = tile_rows(start_n, T, D, BLOCK_N, BLOCK_D)
     k_offsets = head_tile_offsets(b, h, first_col, offs_n, dims, stride_kb, stride_kh, stride_kt, stride_kd)
     v_offsets = head_tile_offsets(b, h, first_col, offs_n, dims, stride_vb, stride_vh, stride_vt, stride_vd)
     k = tl.load(K + k_offsets, mask=col_mask, other=0.0)  # (BLOCK_N, BLOCK_D)
