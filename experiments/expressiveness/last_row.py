@@ -11,8 +11,10 @@ The paper's layer (its eqs. 2-4), for inputs ``x_1 .. x_N`` (scalars, ``d = 1``)
              or y = r . h + r_0 without an FFN
 
 ``phi`` is the paper's: ``phi_lin(l) = -l`` for ``l >= 0``; ``phi_log(l) = -log l`` for ``l >= 1`` and ``-inf``
-at ``l = 0`` (a log head never sees the current token); ``learned``: a free bias ``b_h(l)`` per lag instead of
-``p_h phi(l)``. ``p_h = exp(log_p_h) > 0`` as in the paper.
+at ``l = 0`` (a log head never sees the current token); ``p_h = exp(log_p_h) > 0`` as in the paper. Two more kinds
+instead of ``p_h phi(l)``: ``t5``, a learned bias per T5 bucket of the lag (``relative_position_bucket``, causal,
+32 buckets, max distance 128: lags 0..15 exact, log-spaced buckets beyond, the last from lag 113 on), and
+``learned``, a free bias ``b_h(l)`` per lag. Both start at zero (uniform attention).
 
 Because ``x_s`` is a scalar the key is affine in it, ``W_K^h x0_s = x_s k_h + k'_h``, so
 ``score_hs = gamma_h x_s + delta_h + p_h phi(N - s)`` with ``gamma_h = <q_h, k_h>``, ``delta_h = <q_h, k'_h>``, and
@@ -26,7 +28,11 @@ import math
 import torch
 from torch import nn
 
-KINDS = ("lin", "log", "learned")
+from fairseq_urpe.modules.distance_index import relative_position_bucket
+
+KINDS = ("lin", "log", "t5", "learned")
+T5_BUCKETS, T5_MAX_DISTANCE = 32, 128
+POSITION_PARAMETERS = ("log_p", "lag_bias", "bucket_bias")  # the position parameters of each kind, by name
 INIT_RANGES = {"lin": (1 / 1024, 1.0), "log": (1 / 4, 4.0)}  # log-uniform start of p per head
 
 
@@ -37,6 +43,11 @@ def phi(kind, lags):
     if kind == "log":
         return torch.where(lags >= 1, -torch.log(lags.clamp(min=1)), torch.full_like(lags, -math.inf))
     raise ValueError(f"phi kind must be lin or log; got {kind!r}")
+
+
+def t5_buckets(lags):
+    """T5's causal bucket of each lag (long tensor of lags >= 0; negative ones, future keys, share bucket 0)."""
+    return relative_position_bucket(lags, T5_BUCKETS, T5_MAX_DISTANCE, bidirectional=False)
 
 
 class LastRowTransformer(nn.Module):
@@ -58,6 +69,9 @@ class LastRowTransformer(nn.Module):
         self.out = nn.Linear(width, width, bias=False)  # W_O
         if kind == "learned":
             self.lag_bias = nn.Parameter(torch.zeros(heads, length))  # b_h(l), l = 0 .. N-1
+        elif kind == "t5":
+            self.bucket_bias = nn.Parameter(torch.zeros(heads, T5_BUCKETS))  # b_h(bucket(l))
+            self.register_buffer("lag_buckets", t5_buckets(torch.arange(length)), persistent=False)  # (N,) by lag
         else:
             low, high = INIT_RANGES[kind]
             u = torch.rand(heads, generator=generator, dtype=torch.float64)
@@ -69,12 +83,16 @@ class LastRowTransformer(nn.Module):
             self.readout = nn.Linear(width, 1)
 
     def position_parameters(self):
-        return [self.lag_bias] if self.kind == "learned" else [self.log_p]
+        return [p for n, p in self.named_parameters() if n in POSITION_PARAMETERS]
+
+    def lag_bias_table(self):
+        """``(H, N)``: a learned kind's bias by lag ``0 .. N-1``."""
+        return self.lag_bias if self.kind == "learned" else self.bucket_bias[:, self.lag_buckets]
 
     def position_bias(self):
         """``(H, N)``: the bias of each head on the keys ``s = 1 .. N`` (lag ``N - s``)."""
-        if self.kind == "learned":
-            return self.lag_bias.flip(-1)  # key s has lag N - s
+        if self.kind in ("learned", "t5"):
+            return self.lag_bias_table().flip(-1)  # key s has lag N - s
         lags = self.lags.to(self.log_p.dtype)
         values = phi(self.kind, lags)
         never = torch.isinf(values)  # lag 0 of a log head: masked after the product, so no 0 * inf gradient
@@ -146,8 +164,9 @@ class LastRowTransformer(nn.Module):
         lag = pos[:, None] - pos[None, :]  # (N, N): t - s
         causal = lag >= 0
         if self.kind == "learned":
-            table = self.lag_bias  # (H, N) indexed by lag
-            bias = table[:, lag.clamp(min=0).long()]  # (H, N, N)
+            bias = self.lag_bias[:, lag.clamp(min=0).long()]  # (H, N, N)
+        elif self.kind == "t5":  # the bucket of each (query, key) distance, computed here from the distance
+            bias = self.bucket_bias[:, t5_buckets(lag.long())]
         else:
             bias = torch.exp(self.log_p)[:, None, None] * phi(self.kind, lag.clamp(min=0))[None]
         scores = bias[None].expand(x.size(0), -1, -1, -1).clone()  # (B, H, N, N)

@@ -1,17 +1,20 @@
 """Wang & E (NeurIPS 2024): memory tasks built so that each can show its claim, one verdict each.
 
-    python -m experiments.expressiveness.memory_claims              # fits and trained models, 3 seeds, 2 processes
+    python -m experiments.expressiveness.memory_claims              # fits and trained models, 2 processes
     python -m experiments.expressiveness.memory_claims --smoke      # seconds
 
 Every score is at **one position that sees the same number of keys** (the last of a fixed-length sequence), so
-no softmax normaliser varies between scored positions. Thresholds and verdict rules are in ``RULES``, fixed
-before any run. Two kinds of experiment:
+no softmax normaliser varies between scored positions. Thresholds and verdict rules are in ``RULES`` and
+``verdict_rules``, fixed before the runs. Two kinds of experiment:
 
-**Best fits** (float64, deterministic: amplitudes by weighted least squares, slopes by L-BFGS from ``RESTARTS``
-log-uniform starts). A one-layer dot-product-free model without an FFN is linear; at the last of ``N`` positions
-its kernel is ``k(l) = c [l = 0] + sum_h a_h softmax_l(p_h phi(l))`` over lags ``l = 0 .. N-1`` (the paper's phi:
-``phi_log(0) = -inf``), and for white-noise inputs its error is a weighted distance between ``k`` and the target
-kernel ``r``. The smallest found bounds what training can reach (from above), at lengths training cannot.
+**Best fits** (float64, deterministic: amplitudes by weighted least squares, slopes by L-BFGS, ``FIT_ITERS``
+iterations from each of ``RESTARTS`` log-uniform starts and one warm start from the fit with the next smaller H of
+the grid, keeping the best point evaluated). A one-layer dot-product-free model without an FFN is linear; at the
+last of ``N`` positions its kernel is ``k(l) = c [l = 0] + sum_h a_h softmax_l(p_h phi(l))`` over lags
+``l = 0 .. N-1`` (the paper's phi: ``phi_log(0) = -inf``), and for white-noise inputs its error is a weighted
+distance between ``k`` and the target kernel ``r``. The error found is the error of a kernel the family holds, so
+it bounds the family's best with H heads from above (a better fit may exist), and the warm start makes it never
+rise with H; it is not a bound on what training reaches.
 
     rate    r = [l = T] (fixed memory at lag T), N = 2T, T = 64, 256, 1024, unweighted: E = ||k - r||^2 (1 is
             predicting 0). The paper's bounds: heads ~ e^{0.01 T} (lin) vs T^{1.01} (log); they cross near
@@ -23,8 +26,13 @@ kernel ``r``. The smallest found bounds what training can reach (from above), at
 **Trained** (the plugin's ``RelativeMultiheadAttention`` in ``memory_model.MemoryModel``: a learned bias per
 distance, pre-norm FFN of width 4W, W = 32; inputs uniform with variance 1, a value channel, selector channels,
 and a start-of-sequence channel that is 1 at position 0 only, so that a first layer can write position into the
-keys; Adam lr 3e-3, cosine, ``STEPS`` steps of 256 sequences of length 20; relative error MSE / Var(y) on 4096
-held-out sequences):
+keys; Adam, lr 3e-3 after ``WARMUP`` linear steps and then constant (no decay, so a curve flattens where the model
+stops improving, not where a schedule ends), batches of 256 sequences of length 20, a fixed budget of ``STEPS``
+steps (no early stop: a noisy curve can pass a flatness check while still falling). Every ``EVAL_EVERY`` steps the
+validation curve is the relative error MSE / Var(y) of an exponential moving average of the weights (decay
+``EMA``, which removes the step-to-step noise of a constant learning rate) on 1024 held-out sequences; a run is
+flat when verdict_rules.flat holds for its whole curve at the end; the test error is the averaged model's on 4096
+other held-out sequences):
 
     adaptive   y = x_{t - g(x_t)}, g uniform over 1..16 (from x_t's selector); H = 4 < 16; 1 and 2 layers,
                with and without QK^T.
@@ -40,36 +48,39 @@ import argparse
 import json
 import math
 import multiprocessing
-import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from experiments.expressiveness import verdict_rules as rules
 from experiments.expressiveness.runs_file import add_runner_options, read_runs
 
-RESTARTS, FIT_ITERS = 2, 50
-RATE_LAGS, FIT_HEADS, RATE_THRESHOLD = (64, 256, 1024), (1, 4, 16, 32), 0.5
+RESTARTS, FIT_ITERS = 8, 200
+RATE_LAGS, FIT_HEADS, RATE_THRESHOLD = (64, 256, 1024), (1, 2, 3, 4, 8, 16, 32), 0.5
 DECAY = {"poly": (1024, lambda l: (1 + l / 2) ** -1.5), "exp": (128, lambda l: (1 + l / 4) * math_exp(-l / 4))}
 DECAY_THRESHOLD = 0.05  # RMS per-lag relative error
 BANDS = ((0, 10), (10, 100), (100, 1024))
-LENGTH, STEPS, BATCH, EVAL, WIDTH, LR = 20, 1000, 256, 4096, 32, 3e-3
+LENGTH, BATCH, EVAL, VALID, WIDTH, LR, WARMUP, EMA = 20, 256, 4096, 1024, 32, 3e-3, 100, 0.995
+STEPS, EVAL_EVERY = 4000, 100  # the budget per model; a validation point
 RULES = {
-    "rate": "at T = 1024: reproduced if log reaches E <= 0.5 with fewer heads than lin; contradicted if lin with "
-            "fewer than log; not separable by this instance if neither reaches it with 32 heads or both with the same",
-    "decay_poly": "N = 1024: reproduced if log reaches RMS per-lag relative error <= 0.05 with fewer heads than lin; "
-                  "contradicted if lin with fewer or as few; not separable if neither with 32 heads",
-    "decay_exp": "N = 128: reproduced if lin reaches RMS per-lag relative error <= 0.05 with fewer heads than log; "
-                 "contradicted if log with fewer or as few; not separable if neither with 32 heads",
+    "rate": "at T = 1024, on the H grid: reproduced if log reaches E <= 0.5 with fewer heads than lin; contradicted "
+            "if lin with fewer than log; not separable by this instance if both with the same H or neither",
+    "decay_poly": "N = 1024, on the H grid: reproduced if log reaches RMS per-lag relative error <= 0.05 with fewer "
+                  "heads than lin; contradicted if lin with fewer; not separable if both with the same H or neither",
+    "decay_exp": "N = 128, on the H grid: reproduced if lin reaches RMS per-lag relative error <= 0.05 with fewer heads "
+                 "than log; contradicted if log with fewer; not separable if both with the same H or neither",
     "adaptive": "H = 4 < 16: reproduced if 2 layers with QK^T reach relative error <= 0.1 while 2 layers without stay "
-                ">= 0.5; contradicted if 2 layers without QK^T reach <= 0.1; else not separable",
-    "nested": "H = 4 < 8: reproduced if K = 2 reaches <= 0.1 with 3 layers and stays >= 0.3 with 2, and K = 1 reaches "
-              "<= 0.1 with 2; contradicted if K = 2 reaches <= 0.1 with 2 layers; else not separable",
-    "summax": "reproduced if with H = 1, 3 layers reach <= 0.1 while 2 layers stay >= 0.3; contradicted if 2 layers "
-              "with H = 1 reach <= 0.1; else not separable",
+                ">= 0.5 with a flat curve; contradicted if 2 layers without QK^T reach <= 0.1; else not separable "
+                "(or inconclusive, by verdict_rules)",
+    "nested": "H = 4 < 8: reproduced if K = 2 reaches <= 0.1 with 3 layers and stays >= 0.3 with 2 (flat), and K = 1 "
+              "reaches <= 0.1 with 2; contradicted if K = 2 reaches <= 0.1 with 2 layers; else not separable (or "
+              "inconclusive)",
+    "summax": "reproduced if with H = 1, 3 layers reach <= 0.1 while 2 layers stay >= 0.3 (flat); contradicted if 2 "
+              "layers with H = 1 reach <= 0.1; else not separable (or inconclusive)",
 }
 SMOKE = dict(rate_lags=(8, 16), fit_heads=(1, 2), restarts=1, iters=5, decay_lengths={"poly": 32, "exp": 16},
-             steps=3, batch=16, eval=64)
+             steps=6, batch=16, eval=64, valid=32, eval_every=2)
 
 
 def math_exp(v):
@@ -108,55 +119,79 @@ def fit_error(kind, slopes, target, weight):
     return (weight * (kernel - target) ** 2).sum() / (weight * target**2).sum(), kernel
 
 
-def best_fit(kind, heads, target, weight, restarts=RESTARTS, iters=FIT_ITERS, seed=0):
-    """Smallest ``E`` found, and its kernel."""
+def fit_from(kind, log_slopes, target, weight, iters):
+    """L-BFGS on ``log_slopes`` from the given start; ``(E, slopes)`` of the best point it evaluated (so more
+    iterations never end worse than fewer)."""
+    import torch
+
+    log_slopes = log_slopes.clone().requires_grad_()
+    optimiser = torch.optim.LBFGS([log_slopes], max_iter=iters, line_search_fn="strong_wolfe")
+    best = [math.inf, log_slopes.detach().clone()]
+
+    def closure():
+        optimiser.zero_grad()
+        error = fit_error(kind, torch.exp(log_slopes), target, weight)[0]
+        if math.isfinite(float(error)) and float(error) < best[0]:
+            best[0], best[1] = float(error), log_slopes.detach().clone()
+        if error.requires_grad:
+            error.backward()
+        return error
+
+    try:
+        optimiser.step(closure)
+    except RuntimeError:  # a singular least-squares step: keep the best point evaluated
+        pass
+    return best[0], best[1]
+
+
+def best_fit(kind, heads, target, weight, restarts=RESTARTS, iters=FIT_ITERS, seed=0, warm=None):
+    """The smallest ``E`` found for ``heads`` heads of ``kind``, its kernel and its log-slopes: L-BFGS from
+    ``restarts`` log-uniform starts and, given ``warm`` (the log-slopes of a fit with fewer heads), from ``warm``
+    with the missing heads drawn log-uniform, which starts at or below that fit's error (the amplitudes of the
+    new heads can be zero), so the best found never rises with H."""
     import torch
 
     n = target.numel()
     low, high = (1 / (4 * n), 4.0) if kind == "lin" else (1 / 16, 16.0)
     generator = torch.Generator().manual_seed(seed)
-    best, best_kernel = math.inf, None
-    for _ in range(restarts):
-        u = torch.rand(heads, generator=generator, dtype=torch.float64)
-        log_slopes = (math.log(low) + u * (math.log(high) - math.log(low))).requires_grad_()
-        optimiser = torch.optim.LBFGS([log_slopes], max_iter=iters, line_search_fn="strong_wolfe")
 
-        def closure():
-            optimiser.zero_grad()
-            error = fit_error(kind, torch.exp(log_slopes), target, weight)[0]
-            if error.requires_grad:
-                error.backward()
-            return error
+    def draw(count):
+        u = torch.rand(count, generator=generator, dtype=torch.float64)
+        return math.log(low) + u * (math.log(high) - math.log(low))
 
-        try:
-            optimiser.step(closure)
-        except RuntimeError:  # a singular least-squares step: keep what was reached
-            pass
-        try:
-            with torch.no_grad():
-                error, kernel = fit_error(kind, torch.exp(log_slopes), target, weight)
-        except RuntimeError:
-            continue
-        if math.isfinite(float(error)) and float(error) < best:
-            best, best_kernel = float(error), kernel
-    return best, best_kernel
+    starts = [draw(heads) for _ in range(restarts)]
+    if warm is not None:
+        starts.append(torch.cat([warm, draw(heads - warm.numel())]))
+    best, best_slopes = math.inf, None
+    for start in starts:
+        error, slopes = fit_from(kind, start, target, weight, iters)
+        if error < best:
+            best, best_slopes = error, slopes
+    if best_slopes is None:
+        return math.inf, None, None
+    with torch.no_grad():
+        error, kernel = fit_error(kind, torch.exp(best_slopes), target, weight)
+    return float(error), kernel, best_slopes
+
+
+def fit_curve(kind, heads_grid, target, weight, restarts, iters):
+    """``{H: (E, kernel)}`` over the H grid in increasing order, each H warm-started from the last."""
+    out, warm = {}, None
+    for h in sorted(heads_grid):
+        error, kernel, slopes = best_fit(kind, h, target, weight, restarts, iters, warm=warm)
+        out[h] = (error, kernel)
+        warm = slopes if slopes is not None else warm
+    return out
 
 
 def heads_needed(curve, threshold):
     """Smallest H of the grid whose error is <= threshold, or None."""
-    reached = [int(h) for h, e in curve.items() if e <= threshold]
-    return min(reached) if reached else None
+    return rules.heads_needed(curve, threshold)
 
 
-def compare(needed_good, needed_bad, tie="contradicted"):
-    """The rule's three outcomes for "the kind that should win needs fewer heads"; ``tie``: both need the same."""
-    if needed_good is None and needed_bad is None:
-        return "not separable by this instance"
-    if needed_good == needed_bad:
-        return tie
-    if needed_bad is None or (needed_good is not None and needed_good < needed_bad):
-        return "reproduced"
-    return "contradicted"
+def compare(needed_good, needed_bad):
+    """The one tie rule of verdict_rules: a tie (the same H, or neither) is not separable."""
+    return rules.fewer_heads(needed_good, needed_bad)
 
 
 def run_fits(size):
@@ -164,14 +199,13 @@ def run_fits(size):
 
     torch.set_num_threads(1)
     start = time.time()
-    out = {"rate": {}, "decay": {}}
+    out = {"rate": {}, "decay": {}, "restarts": size["restarts"], "iters": size["iters"]}
     for lag in size["rate_lags"]:
         target = torch.zeros(2 * lag, dtype=torch.float64)
         target[lag] = 1.0
         for kind in ("lin", "log"):
-            out["rate"].setdefault(kind, {})[str(lag)] = {
-                str(h): best_fit(kind, h, target, torch.ones_like(target), size["restarts"], size["iters"])[0]
-                for h in size["fit_heads"]}
+            curve = fit_curve(kind, size["fit_heads"], target, torch.ones_like(target), size["restarts"], size["iters"])
+            out["rate"].setdefault(kind, {})[str(lag)] = {str(h): e for h, (e, _) in curve.items()}
     for name, (n, rho) in DECAY.items():
         n = size["decay_lengths"].get(name, n)
         lags = torch.arange(n, dtype=torch.float64)
@@ -179,8 +213,8 @@ def run_fits(size):
         weight = 1 / target**2
         for kind in ("lin", "log"):
             cells = {}
-            for h in size["fit_heads"]:
-                error, kernel = best_fit(kind, h, target, weight, size["restarts"], size["iters"])
+            for h, (error, kernel) in fit_curve(kind, size["fit_heads"], target, weight, size["restarts"],
+                                               size["iters"]).items():
                 relative = ((kernel - target) / target).abs() if kernel is not None else None
                 bands = {f"{a}-{min(b, n)}": float(relative[a:b].max()) for a, b in BANDS if a < n} if kernel is not None else {}
                 cells[str(h)] = {"rms": math.sqrt(error) if math.isfinite(error) else None, "band_max": bands}
@@ -192,7 +226,7 @@ def run_fits(size):
 def fit_verdicts(fits, size):
     lag = str(max(size["rate_lags"]))
     v = {"rate": compare(heads_needed(fits["rate"]["log"][lag], RATE_THRESHOLD),
-                         heads_needed(fits["rate"]["lin"][lag], RATE_THRESHOLD), tie="not separable by this instance")}
+                         heads_needed(fits["rate"]["lin"][lag], RATE_THRESHOLD))}
     for name, good, bad in (("poly", "log", "lin"), ("exp", "lin", "log")):
         curves = {k: {h: c["rms"] if c["rms"] is not None else math.inf
                       for h, c in fits["decay"][name][k]["cells"].items()} for k in (good, bad)}
@@ -245,6 +279,12 @@ def memory_batch(task, lags, batch, length, rng):
 
 
 def train_eval(config, seed, size):
+    """Train one model for ``size["steps"]`` steps; ``(test relative error, spread, curve, steps, flat, seconds)``.
+    The curve is the relative error of the weights' moving average on ``size["valid"]`` held-out sequences every
+    ``eval_every`` steps; ``flat`` is verdict_rules.flat of the whole curve; the test error is on ``size["eval"]``
+    others, at the end."""
+    import copy
+
     import numpy as np
     import torch
 
@@ -253,22 +293,35 @@ def train_eval(config, seed, size):
     torch.set_num_threads(1)
     start = time.time()
     rng = np.random.default_rng(seed)
-    x_eval, y_eval = memory_batch(config["task"], config["lags"], size["eval"], LENGTH,
-                                  np.random.default_rng(10**6 + seed))
-    model = MemoryModel(x_eval.size(-1), WIDTH, config["heads"], config["layers"], "learned", config["dot_product"],
+    x_test, y_test = memory_batch(config["task"], config["lags"], size["eval"], LENGTH, np.random.default_rng(10**6 + seed))
+    x_valid, y_valid = memory_batch(config["task"], config["lags"], size["valid"], LENGTH,
+                                    np.random.default_rng(2 * 10**6 + seed))
+    model = MemoryModel(x_test.size(-1), WIDTH, config["heads"], config["layers"], "learned", config["dot_product"],
                         True, LENGTH, seed=seed)
+    average = copy.deepcopy(model).requires_grad_(False)
     opt = torch.optim.Adam(model.parameters(), lr=LR)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, size["steps"])
-    for _ in range(size["steps"]):
+    warmup = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / WARMUP))
+
+    def relative(x, y):
+        with torch.no_grad():
+            y_hat = average(x)[:, -1]
+        return float((y_hat - y).pow(2).mean() / y.var()), float(y_hat.std() / y.std())
+
+    curve = []
+    for step in range(1, size["steps"] + 1):
         x, y = memory_batch(config["task"], config["lags"], size["batch"], LENGTH, rng)
         loss = (model(x)[:, -1] - y).pow(2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
-        schedule.step()
-    with torch.no_grad():
-        error = float((model(x_eval)[:, -1] - y_eval).pow(2).mean() / y_eval.var())
-    return error, time.time() - start
+        warmup.step()
+        with torch.no_grad():
+            for kept, live in zip(average.parameters(), model.parameters()):
+                kept.lerp_(live, 1 - EMA)
+        if step % size["eval_every"] == 0:
+            curve.append((step, relative(x_valid, y_valid)[0]))
+    error, spread = relative(x_test, y_test)
+    return error, spread, curve, size["steps"], rules.flat(curve), time.time() - start
 
 
 def key_of(config, seed):
@@ -276,41 +329,93 @@ def key_of(config, seed):
     return f"{c['task']}|{c['lags']}|H={c['heads']}|L={c['layers']}|{'DP' if c['dot_product'] else 'DPF'}|{seed}"
 
 
-def summarise_trained(runs, seeds):
+def config_runs(config, runs):
+    prefix = key_of(config, "")
+    return sorted((r for k, r in runs.items() if k.startswith(prefix) and k[len(prefix):].isdigit()),
+                  key=lambda r: int(r["key"].rsplit("|", 1)[1]))
+
+
+def is_dead(record):
+    return rules.dead(record["error"], record.get("spread"))
+
+
+def summarise_trained(runs):
+    """Per experiment, row and column: the cell of verdict_rules (the median test error over live seeds) and
+    whether every live seed's curve ended flat."""
     out = {}
     for experiment, row, config in trained_cells():
-        errs = [runs[key_of(config, s)]["error"] for s in seeds if key_of(config, s) in runs]
-        if errs:
+        recs = config_runs(config, runs)
+        if recs:
+            flags = [is_dead(r) for r in recs]
+            cell = rules.cell([r["error"] for r in recs], flags)
+            cell.update(flat=all(r["flat"] for r, d in zip(recs, flags) if not d),
+                        seeds={r["key"].rsplit("|", 1)[1]: {"error": r["error"], "steps": r["trained_steps"],
+                                                             "flat": r["flat"], "dead": d} for r, d in zip(recs, flags)})
             col = f"L={config['layers']}" if experiment == "nested" else f"H={config['heads']}"
-            out.setdefault(experiment, {}).setdefault(row, {})[col] = {
-                "mean": statistics.fmean(errs), "std": statistics.stdev(errs) if len(errs) > 1 else 0.0, "seeds": errs}
+            out.setdefault(experiment, {}).setdefault(row, {})[col] = cell
     return out
 
 
 def separation(lacking, having, floor, also=()):
-    """The verdict on a claim that a model without some feature fails and one with it succeeds: ``contradicted``
-    where the one without reaches 0.1, ``reproduced`` where the one with it (and every error in ``also``) does
-    while the one without stays at ``floor`` or above, else ``not separable by this instance``."""
-    if lacking <= 0.1:
-        return "contradicted"
-    if having <= 0.1 and lacking >= floor and all(e <= 0.1 for e in also):
-        return "reproduced"
-    return "not separable by this instance"
+    """The verdict on a claim that a model without some feature fails and one with it succeeds, from cells of
+    summarise_trained (``figure``, ``flat``): ``contradicted`` where the one without reaches 0.1; ``reproduced``
+    where the one with it (and every cell in ``also``) reaches 0.1 while the one without stays at ``floor`` or
+    above with a flat curve; under-trained where a cell the claim needs is above 0.1 with a curve still moving;
+    failed optimisation where a cell has too few live seeds; else not separable."""
+    cells = (lacking, having, *also)
+    if any(c is None for c in cells):
+        return None
+    if any(c["figure"] is None for c in cells):
+        return rules.FAILED
+    if lacking["figure"] <= 0.1:
+        return rules.CONTRADICTED
+    if any(c["figure"] > 0.1 and not c["flat"] for c in cells):
+        return rules.UNDER_TRAINED
+    if having["figure"] <= 0.1 and lacking["figure"] >= floor and all(c["figure"] <= 0.1 for c in also):
+        return rules.REPRODUCED
+    return rules.TIE
 
 
 def trained_verdicts(t):
-    def m(exp, row, col):
-        return t.get(exp, {}).get(row, {}).get(col, {}).get("mean")
+    def c(exp, row, col):
+        return t.get(exp, {}).get(row, {}).get(col)
 
-    v = {}
-    try:
-        v["adaptive"] = separation(m("adaptive", "2 layers, no QK^T", "H=4"), m("adaptive", "2 layers, QK^T", "H=4"), 0.5)
-        v["nested"] = separation(m("nested", "K = 2", "L=2"), m("nested", "K = 2", "L=3"), 0.3,
-                                 also=(m("nested", "K = 1", "L=2"),))
-        v["summax"] = separation(m("summax", "2 layers", "H=1"), m("summax", "3 layers", "H=1"), 0.3)
-    except (TypeError, ValueError):
-        pass
-    return v
+    v = {"adaptive": separation(c("adaptive", "2 layers, no QK^T", "H=4"), c("adaptive", "2 layers, QK^T", "H=4"), 0.5),
+         "nested": separation(c("nested", "K = 2", "L=2"), c("nested", "K = 2", "L=3"), 0.3,
+                              also=(c("nested", "K = 1", "L=2"),)),
+         "summax": separation(c("summax", "2 layers", "H=1"), c("summax", "3 layers", "H=1"), 0.3)}
+    return {k: w for k, w in v.items() if w is not None}
+
+
+def plot_curves(runs, path):
+    """The validation curve of every trained model, one panel per experiment, one colour per row."""
+    import logging
+
+    import matplotlib
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    experiments = list(dict.fromkeys(e for e, _, _ in trained_cells()))
+    fig, axes = plt.subplots(1, len(experiments), figsize=(5 * len(experiments), 4), squeeze=False, sharey=True)
+    for ax, experiment in zip(axes[0], experiments):
+        rows = [(row, config) for e, row, config in trained_cells() if e == experiment]
+        for i, (row, config) in enumerate(rows):
+            for j, r in enumerate(config_runs(config, runs)):
+                steps, errors = zip(*r["curve"]) if r["curve"] else ((), ())
+                ax.plot(steps, errors, color=f"C{i}", alpha=0.7, linewidth=1,
+                        label=f"{row} (L={config['layers']}, H={config['heads']})" if j == 0 else None)
+        ax.set_yscale("log")
+        ax.set_xlabel("steps")
+        ax.set_title(f"{experiment}: validation relative error")
+        ax.axhline(0.1, color="grey", linestyle=":", linewidth=1)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("MSE / Var(y)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def markdown(fits, trained, verdicts, header):
@@ -337,12 +442,15 @@ def markdown(fits, trained, verdicts, header):
                 lines.append(f"| {kind} | " + " | ".join(cells) + " |")
     for experiment, rows in trained.items():
         cols = sorted({c for r in rows.values() for c in r}, key=lambda c: int(c.split("=")[1]))
-        lines += ["", f"**{experiment}** (trained, relative error, mean ± std over seeds): {verdicts.get(experiment)}",
-                  "", "| model | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+        lines += ["", f"**{experiment}** (trained; test relative error, the median over live seeds [live range] "
+                  f"(live / trained); 'falling' where a live seed's curve was not flat at the budget): "
+                  f"{verdicts.get(experiment)}", "", "| model | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
         for row, cells in rows.items():
-            lines.append(f"| {row} | " + " | ".join(f"{cells[c]['mean']:.3g} ± {cells[c]['std']:.1g}" if c in cells
-                                                     else "" for c in cols) + " |")
+            lines.append(f"| {row} | " + " | ".join(
+                (rules.fmt_cell(cells[c]) + ("" if cells[c]["flat"] else ", falling")) if c in cells else ""
+                for c in cols) + " |")
     lines += ["", "Rules (fixed before the runs):"] + [f"- {k}: {r}" for k, r in RULES.items()]
+    lines += [f"- {name}: {text}" for name, text in rules.RULE_TEXT.items()]
     return "\n".join(lines)
 
 
@@ -350,11 +458,13 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--only", default="fits trained")
-    add_runner_options(p)
+    p.add_argument("--experiments", default="adaptive nested summax", help="trained experiments to run")
+    add_runner_options(p, seeds=None)
     a = p.parse_args(argv)
     size = dict(SMOKE) if a.smoke else dict(rate_lags=RATE_LAGS, fit_heads=FIT_HEADS, restarts=RESTARTS,
-                                            iters=FIT_ITERS, decay_lengths={}, steps=STEPS, batch=BATCH, eval=EVAL)
-    seeds = [int(s) for s in a.seeds.split()]
+                                            iters=FIT_ITERS, decay_lengths={}, steps=STEPS, batch=BATCH, eval=EVAL,
+                                            valid=VALID, eval_every=EVAL_EVERY)
+    fixed = None if a.seeds is None else [int(s) for s in a.seeds.split()]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.time()
@@ -367,42 +477,60 @@ def main(argv=None):
     elif fits_path.exists():
         fits = json.loads(fits_path.read_text())
     log_path = out / "memory_claims_runs.jsonl"
-    runs = read_runs(log_path, lambda r: r["steps"] == size["steps"] and r["batch"] == size["batch"])
+    budget = {k: size[k] for k in ("steps", "batch", "eval", "valid", "eval_every")}
+    runs = read_runs(log_path, lambda r: r.get("budget") == budget)
+    trained_now = 0
     if "trained" in a.only:
-        todo = [(c, s) for _, _, c in trained_cells() for s in seeds if key_of(c, s) not in runs]
-        todo = list({key_of(c, s): (c, s) for c, s in todo}.values())
-        todo.sort(key=lambda cs: -cs[0]["heads"] * cs[0]["layers"])
-        todo = [] if a.no_train else todo
-        print(f"{len(todo)} models to train", flush=True)
+        configs = list({key_of(c, "*"): c for e, _, c in trained_cells() if e in a.experiments.split()}.values())
         with open(log_path, "a") as log:
-            def record(config, seed, error, seconds):
-                r = {"key": key_of(config, seed), "error": error, "seconds": seconds, "steps": size["steps"],
-                     "batch": size["batch"], "config": config}
+            def record(config, seed, error, spread, curve, steps, stopped_flat, seconds):
+                r = {"key": key_of(config, seed), "error": error, "spread": spread, "curve": curve,
+                     "trained_steps": steps, "flat": stopped_flat, "seconds": seconds, "budget": budget,
+                     "config": config}
                 runs[r["key"]] = r
                 log.write(json.dumps(r) + "\n")
                 log.flush()
-                print(f"  {r['key']}: {error:.4f} ({seconds:.0f} s)", flush=True)
+                print(f"  {r['key']}: {error:.4f} after {steps} steps ({'flat' if stopped_flat else 'budget'}"
+                      f"{', dead' if is_dead(r) else ''}, {seconds:.0f} s)", flush=True)
 
-            if a.jobs <= 1:
-                for c, s in todo:
-                    record(c, s, *train_eval(c, s, size))
-            else:
-                with ProcessPoolExecutor(a.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-                    futures = {pool.submit(train_eval, c, s, size): (c, s) for c, s in todo}
-                    for f in as_completed(futures):
-                        record(*futures[f], *f.result())
-    trained = summarise_trained(runs, seeds)
+            # Rounds: each configuration trains its next seeds (verdict_rules.next_seeds, or exactly --seeds).
+            while not a.no_train:
+                todo = []
+                for c in configs:
+                    recs = config_runs(c, runs)
+                    done = [int(r["key"].rsplit("|", 1)[1]) for r in recs]
+                    seeds = ([s for s in fixed if s not in done] if fixed is not None
+                             else rules.next_seeds(done, sum(not is_dead(r) for r in recs)))
+                    todo += [(c, s) for s in seeds]
+                if not todo:
+                    break
+                todo.sort(key=lambda cs: -cs[0]["heads"] * cs[0]["layers"])  # the largest first
+                print(f"round: {len(todo)} models to train", flush=True)
+                trained_now += len(todo)
+                if a.jobs <= 1:
+                    for c, s in todo:
+                        record(c, s, *train_eval(c, s, size))
+                else:
+                    with ProcessPoolExecutor(a.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+                        futures = {pool.submit(train_eval, c, s, size): (c, s) for c, s in todo}
+                        for f in as_completed(futures):
+                            record(*futures[f], *f.result())
+    trained = summarise_trained(runs)
     verdicts = {**(fit_verdicts(fits, size) if fits else {}), **trained_verdicts(trained)}
     model_seconds = sum(r["seconds"] for r in runs.values())
-    header = (f"Memory claims: fits {fits['seconds'] / 60 if fits else 0:.1f} min; {len(runs)} trained models "
-              f"({model_seconds / 60:.1f} model-min), {size['steps']} steps of {size['batch']} sequences, seeds {seeds}; "
-              f"this invocation {(time.time() - start) / 60:.1f} min wall.")
+    header = (f"Memory claims: best fits in {fits['seconds'] / 60 if fits else 0:.1f} min ({size['restarts']} random "
+              f"starts and one warm start per H, {size['iters']} L-BFGS iterations each); {len(runs)} trained models "
+              f"({model_seconds / 60:.1f} model-min), Adam lr {LR} (constant after {WARMUP} warm-up steps), batches of "
+              f"{size['batch']} sequences, {size['steps']} steps, curves of the weights' moving average (decay {EMA}).")
     text = markdown(fits, trained, verdicts, header)
     print(text)
+    print(f"this invocation: {trained_now} models, {(time.time() - start) / 60:.1f} min wall", flush=True)
     (out / "memory_claims.md").write_text(text + "\n")
-    (out / "memory_claims.json").write_text(json.dumps({"rules": RULES, "verdicts": verdicts, "fits": fits,
-                                                        "trained": trained, "size": size,
+    (out / "memory_claims.json").write_text(json.dumps({"rules": {**RULES, **rules.RULE_TEXT}, "verdicts": verdicts,
+                                                        "fits": fits, "trained": trained, "size": size,
                                                         "model_seconds": model_seconds}, indent=1, default=str))
+    if runs and not a.smoke:
+        plot_curves(runs, out / "memory_claims_curves.png")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Wang & E (NeurIPS 2024), Proposition 4.2 (formal: Prop. C.4): one attention layer with and without ``QK^T``.
 
-    python -m experiments.expressiveness.prop42            # the rows x their H (ROW_HEADS), 3 seeds
+    python -m experiments.expressiveness.prop42            # the rows x their H (ROW_HEADS), verdict_rules' seeds
     python -m experiments.expressiveness.prop42 --smoke    # seconds
 
 Target: ``x_t in {-1, 0, 1}``, ``y_t = x_{t - g(x_t)}`` with ``g(-1) = 0, g(0) = 1, g(1) = 2``. The paper's claim,
@@ -39,11 +39,13 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from experiments.expressiveness import verdict_rules as rules
 from experiments.expressiveness.runs_file import add_runner_options, read_runs
 
 LENGTH, STEPS, LR, WIDTH, GATE_WIDTH = 6, 1000, 1e-2, 16, 16
 HEADS = [1, 2, 4, 8, 16]
 BOUND = 2 / 3
+TARGET_VARIANCE = 2 / 3  # of y_t = x_{t - g(x_t)} over every input (x uniform in {-1, 0, 1})
 # (class, row label, kind, dot product, normalise, FFN width)
 ROWS = [(cls, f"{'QK^T + lin' if dp else 'DPF ' + kind}", kind, dp, norm, None)
         for cls, norm in (("no denominator (paper)", False), ("softmax", True))
@@ -109,11 +111,13 @@ def targets(x):
 
 
 def errors(model, x, y):
+    """``(sup error, MSE, spread)`` over the inputs ``x``; ``spread``: std of the predictions / std of ``y``."""
     import torch
 
     with torch.no_grad():
-        diff = model(x.to(next(model.parameters()).dtype)).double() - y
-    return float(diff.abs().max()), float(diff.pow(2).mean())
+        y_hat = model(x.to(next(model.parameters()).dtype)).double()
+    diff = y_hat - y
+    return float(diff.abs().max()), float(diff.pow(2).mean()), float(y_hat.std() / y.std())
 
 
 def train_eval(row, heads, seed, length, steps):
@@ -130,7 +134,6 @@ def train_eval(row, heads, seed, length, steps):
                                alphabet=(-1, 0, 1), seed=seed).double()
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
-    best = (math.inf, math.inf)
     for _ in range(steps):
         loss = (model(x) - y).pow(2).mean()
         opt.zero_grad()
@@ -138,27 +141,41 @@ def train_eval(row, heads, seed, length, steps):
         if torch.isfinite(loss):
             opt.step()
         schedule.step()
-    sup, mse = errors(model, x, y)
-    if not math.isfinite(sup):
-        sup, mse = best
-    return sup, mse, time.time() - start
+    return (*errors(model, x, y), time.time() - start)
 
 
 def key_of(row, heads, seed):
     return f"{row[0]}|{row[1]}|{heads}|{seed}"
 
 
-def summarise(runs, rows, heads, seeds):
+def row_runs(runs, row, heads):
+    """The records of ``row`` at ``heads``, by seed."""
+    prefix = key_of(row, heads, "")
+    return sorted((r for k, r in runs.items() if k.startswith(prefix) and k[len(prefix):].isdigit()),
+                  key=lambda r: int(r["key"].rsplit("|", 1)[1]))
+
+
+def is_dead(record):
+    return rules.dead(record["mse"] / TARGET_VARIANCE, record.get("spread"))
+
+
+def summarise(runs, rows, heads):
+    """Per row and H: the sup error's cell (verdict_rules.cell: the median over live seeds), the smallest sup error
+    of a live seed, and the median MSE over live seeds."""
+    import statistics
+
     out = {}
     for row in rows:
         for h in heads:
-            recs = [runs[key_of(row, h, s)] for s in seeds if key_of(row, h, s) in runs]
+            recs = row_runs(runs, row, h)
             if recs:
-                sup, mse = [r["sup"] for r in recs], [r["mse"] for r in recs]
-                out.setdefault(row[0], {}).setdefault(row[1], {})[str(h)] = {
-                    "sup": statistics.fmean(sup), "sup_std": statistics.stdev(sup) if len(sup) > 1 else 0.0,
-                    "sup_min": min(sup), "mse": statistics.fmean(mse),
-                    "mse_std": statistics.stdev(mse) if len(mse) > 1 else 0.0, "seeds_sup": sup, "seeds_mse": mse}
+                flags = [is_dead(r) for r in recs]
+                live = [r for r, d in zip(recs, flags) if not d]
+                cell = rules.cell([r["sup"] for r in recs], flags)
+                cell.update(sup_min=min(r["sup"] for r in live) if live else None,
+                            mse=statistics.median(r["mse"] for r in live) if live else None,
+                            seeds_sup=[r["sup"] for r in recs], seeds_mse=[r["mse"] for r in recs])
+                out.setdefault(row[0], {}).setdefault(row[1], {})[str(h)] = cell
     return out
 
 
@@ -173,7 +190,8 @@ RULES = {
 
 def verdicts(results):
     dpf = [c["sup_min"] for cls, rows in results.items() if "gate" not in cls and cls != "construction"
-           for label, cells in rows.items() if label.startswith("DPF") for c in cells.values()]
+           for label, cells in rows.items() if label.startswith("DPF") for c in cells.values()
+           if c["sup_min"] is not None]
     out = {"B": None, "A": None}
     if dpf:
         out["B"] = "reproduced" if min(dpf) >= BOUND - 1e-6 else "contradicted"
@@ -187,61 +205,79 @@ def verdicts(results):
     return out
 
 
+def below(value, bound):
+    """``< bound`` for a value at rounding level (its digits vary with the BLAS), else the value."""
+    return f"< {bound:.0e}" if value < bound else f"{value:.2g}"
+
+
 def markdown(results, header):
     trained = {k: v for k, v in results.items() if k != "construction"}
     heads = sorted({int(h) for rows in trained.values() for cells in rows.values() for h in cells})
-    lines = [header, "", "sup error (mean ± std over seeds; the best seed in brackets) / MSE (mean), every input:", "",
+    lines = [header, "", "sup error (the median over live seeds [live range] (live / trained)) / MSE (the median over "
+             "live seeds), every input:", "",
              "| class | layer | " + " | ".join(f"H={h}" for h in heads) + " |", "|---|---|" + "---:|" * len(heads)]
     for cls, rows in trained.items():
         for label, cells in rows.items():
-            text = [f"{c['sup']:.3g} ± {c['sup_std']:.1g} [{c['sup_min']:.3g}] / {c['mse']:.3g}" if (c := cells.get(str(h)))
-                    else "" for h in heads]
+            text = [f"{rules.fmt_cell(c)} / {c['mse']:.3g}" if (c := cells.get(str(h))) and c["mse"] is not None
+                    else rules.fmt_cell(c) if c else "" for h in heads]
             lines.append(f"| {cls} | {label} | " + " | ".join(text) + " |")
     v = verdicts(results)
     built = results.get("construction")
     if built:
         lines += ["", f"The paper's construction set by hand ({built['heads']} heads, no denominator): sup error "
-                      f"{built['no denominator'][0]:.2g}, MSE {built['no denominator'][1]:.2g}; the same parameters "
+                      f"{below(built['no denominator'][0], 1e-9)}, MSE {below(built['no denominator'][1], 1e-18)}; the same parameters "
                       f"under a softmax: sup {built['softmax'][0]:.3g}, MSE {built['softmax'][1]:.3g}."]
-    lines += ["", f"(B) every DPF layer has sup error >= 2/3: **{v['B']}**; (A) with QK^T any accuracy: **{v['A']}**"]
+    lines += ["", f"(B) every DPF layer has sup error >= 2/3: **{v['B']}**; (A) with QK^T any accuracy: **{v['A']}**",
+              "", "Rules:"] + [f"- ({k}) {r}" for k, r in RULES.items()] + [f"- failed optimisation: {rules.RULE_TEXT['failed optimisation']}"]
     return "\n".join(lines)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true")
-    add_runner_options(p)
+    add_runner_options(p, seeds=None)
     a = p.parse_args(argv)
     length, steps, heads = (SMOKE["length"], SMOKE["steps"], SMOKE["heads"]) if a.smoke else (LENGTH, STEPS, HEADS)
-    seeds = [int(s) for s in a.seeds.split()]
+    fixed = None if a.seeds is None else [int(s) for s in a.seeds.split()]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     log_path = out / "prop42_runs.jsonl"
-    runs = read_runs(log_path, lambda r: r["length"] == length and r["steps"] == steps)
-    todo = [(row, h, s) for row in ROWS for h in row_heads(row, a.smoke) for s in seeds if key_of(row, h, s) not in runs]
-    todo.sort(key=lambda job: (ROWS.index(job[0]), -job[1]))  # the paper's class first
-    todo = [] if a.no_train else todo
-    print(f"{sum(len(row_heads(r, a.smoke)) for r in ROWS) * len(seeds)} models ({len(todo)} to train), length {length}, {steps} steps",
-          flush=True)
-    start = time.time()
+    runs = read_runs(log_path, lambda r: r["length"] == length and r["steps"] == steps and "spread" in r)
+    cells = sorted(((row, h) for row in ROWS for h in row_heads(row, a.smoke)),
+                   key=lambda c: (ROWS.index(c[0]), -c[1]))  # the paper's class first
+    start, trained = time.time(), 0
     with open(log_path, "a") as log:
-        def record(row, h, s, sup, mse, seconds):
-            r = {"key": key_of(row, h, s), "sup": sup, "mse": mse, "seconds": seconds, "length": length, "steps": steps}
+        def record(row, h, s, sup, mse, spread, seconds):
+            r = {"key": key_of(row, h, s), "sup": sup, "mse": mse, "spread": spread, "seconds": seconds,
+                 "length": length, "steps": steps}
             runs[r["key"]] = r
             log.write(json.dumps(r) + "\n")
             log.flush()
-            print(f"  {row[0]:28s} {row[1]:11s} H={h:2d} seed {s}: sup {sup:.4f} mse {mse:.4g} ({seconds:.0f} s)",
-                  flush=True)
+            print(f"  {row[0]:28s} {row[1]:11s} H={h:2d} seed {s}: sup {sup:.4f} mse {mse:.4g}"
+                  f"{' (dead)' if is_dead(r) else ''} ({seconds:.0f} s)", flush=True)
 
-        if a.jobs <= 1:
-            for row, h, s in todo:
-                record(row, h, s, *train_eval(row, h, s, length, steps))
-        else:
-            with ProcessPoolExecutor(a.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-                futures = {pool.submit(train_eval, row, h, s, length, steps): (row, h, s) for row, h, s in todo}
-                for f in as_completed(futures):
-                    record(*futures[f], *f.result())
-    results = summarise(runs, ROWS, sorted({h for r in ROWS for h in row_heads(r, a.smoke)}), seeds)
+        # Rounds: each cell trains its next seeds (verdict_rules.next_seeds, or exactly --seeds).
+        while not a.no_train:
+            todo = []
+            for row, h in cells:
+                recs = row_runs(runs, row, h)
+                done = [int(r["key"].rsplit("|", 1)[1]) for r in recs]
+                seeds = ([s for s in fixed if s not in done] if fixed is not None
+                         else rules.next_seeds(done, sum(not is_dead(r) for r in recs)))
+                todo += [(row, h, s) for s in seeds]
+            if not todo:
+                break
+            print(f"round: {len(todo)} models, length {length}, {steps} steps", flush=True)
+            trained += len(todo)
+            if a.jobs <= 1:
+                for row, h, s in todo:
+                    record(row, h, s, *train_eval(row, h, s, length, steps))
+            else:
+                with ProcessPoolExecutor(a.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+                    futures = {pool.submit(train_eval, row, h, s, length, steps): (row, h, s) for row, h, s in todo}
+                    for f in as_completed(futures):
+                        record(*futures[f], *f.result())
+    results = summarise(runs, ROWS, sorted({h for r in ROWS for h in row_heads(r, a.smoke)}))
     x = all_inputs(length)
     built = {"heads": length + 2, "no denominator": errors(construction(length), x, targets(x))}
     softmax_twin = construction(length)
@@ -249,13 +285,13 @@ def main(argv=None):
     built["softmax"] = errors(softmax_twin, x, targets(x))
     results["construction"] = built
     model_seconds = sum(r["seconds"] for r in runs.values())
-    header = (f"Prop 4.2 at length {length} (every one of 3^{length} inputs), {steps} full-batch Adam steps, seeds {seeds}; "
-              f"{model_seconds / 60:.1f} model-min (this invocation: {len(todo)} models, "
-              f"{(time.time() - start) / 60:.1f} min wall).")
+    header = (f"Prop 4.2 at length {length} (every one of 3^{length} inputs), {steps} full-batch Adam steps; "
+              f"{len(runs)} models, {model_seconds / 60:.1f} model-min in all.")
     text = markdown(results, header)
     print(text)
+    print(f"this invocation: {trained} models, {a.jobs} at once, {(time.time() - start) / 60:.1f} min wall", flush=True)
     (out / "prop42.md").write_text(text + "\n")
-    (out / "prop42.json").write_text(json.dumps({"length": length, "steps": steps, "seeds": seeds,
+    (out / "prop42.json").write_text(json.dumps({"length": length, "steps": steps,
                                                  "verdicts": verdicts(results), "results": results, "rules": RULES,
                                                  "model_seconds": model_seconds}, indent=1))
     return 0

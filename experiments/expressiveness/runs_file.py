@@ -7,12 +7,14 @@ rerun trains only what is missing and ``--no-train`` summarises what is there.
 import argparse
 import json
 from pathlib import Path
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 
-def add_runner_options(parser: argparse.ArgumentParser) -> None:
-    """``--seeds``, ``--jobs``, ``--out`` and ``--no-train`` (each runner adds ``--smoke`` and its own)."""
-    parser.add_argument("--seeds", default="0 1 2")
+def add_runner_options(parser: argparse.ArgumentParser, seeds: Optional[str] = None) -> None:
+    """``--seeds``, ``--jobs``, ``--out`` and ``--no-train`` (each runner adds ``--smoke`` and its own). Without
+    ``--seeds`` (``seeds`` None) a cell trains the seeds of verdict_rules.SEED_BATCHES it needs."""
+    parser.add_argument("--seeds", default=seeds, help="exactly these seeds (default: verdict_rules.SEED_BATCHES: "
+                                                       "the first batch, then more while a cell has too few live seeds)")
     parser.add_argument("--jobs", type=int, default=2, help="models trained at once, one thread each")
     parser.add_argument("--out", default="docs/expressiveness")
     parser.add_argument("--no-train", action="store_true", help="only summarise the models already in the runs file")

@@ -1,4 +1,5 @@
-"""Does URPE lower a language model's perplexity? Stock (and stock without positions, NoPE), T5-RPE, ALiBi
+"""Does URPE lower a language model's perplexity? Stock (and stock without positions, NoPE, as fairseq's flag and as
+the plugin's arch), T5-RPE, ALiBi
 and log, each with URPE's C none / bucketed / unique (and T5-RPE with its b started flat, ``--rpe-init zero``,
 with and without C), KERPLE(log) with and without C, several seeds, on the Brown corpus, through fairseq-train and fairseq-eval-lm.
 
@@ -30,7 +31,11 @@ REPO = Path(__file__).resolve().parents[2]
 # config name -> (arch, extra fairseq-train flags). Names: <bias>[+C <parameterisation>].
 CONFIGS = {
     "stock": ("transformer_lm", []),
-    "stock nope": ("transformer_lm_nope", []),  # stock without positions: the plugin's NoPE arch (no bias, no C)
+    # stock without positions: fairseq's own flag, so that stock and stock nope of a seed start from the same weights
+    "stock nope": ("transformer_lm", ["--no-token-positional-embeddings"]),
+    # the plugin's NoPE arch (no bias, no C): the same model as stock nope, with the plugin's attention, which draws
+    # its initial weights in another order (the same weights as alibi's and t5's at a seed)
+    "nope": ("transformer_lm_nope", []),
     "t5": ("transformer_lm_rpe", []),
     "t5+C bucketed": ("transformer_lm_urpe", []),
     "t5+C unique": ("transformer_lm_urpe", ["--urpe-toeplitz", "unique"]),
@@ -162,14 +167,17 @@ def valid_fall(valid):
     return u0, u1, 100.0 * (p0 - p1) / p0
 
 
-# (config, against): URPE's C against the same bias (and start) without it; T5's ALiBi-shaped start against the
-# flat one, without and with C; then one step at a time from stock: dropping the sinusoids (NoPE), a fixed
-# relative bias (ALiBi) or a learned one from zero (T5 flat start) over NoPE, learning the bias (T5 started on
-# ALiBi's line) over ALiBi's fixed line, and ALiBi + C against that learned bias (two ways to learn positions);
-# KERPLE(log) against ALiBi and T5, without and with C
+# (config, against): URPE's C against the same bias (and start) without it; per-distance C against bucketed C;
+# T5's ALiBi-shaped start against the flat one, without and with C; then one step at a time from stock: dropping
+# the sinusoids (stock nope: the same initial weights), the plugin's NoPE against fairseq's (the same model from
+# other initial weights), a fixed relative bias (ALiBi) or a learned one from zero (T5 flat start) over the
+# plugin's NoPE (the same initial weights), learning the bias (T5 started on ALiBi's line) over ALiBi's fixed
+# line, and ALiBi + C against that learned bias (two ways to learn positions); KERPLE(log) against ALiBi and T5,
+# without and with C
 PAIRS = [(c, c.split("+C ")[0]) for c in CONFIGS if "+C " in c] + [
+    (c, c.replace("unique", "bucketed")) for c in CONFIGS if c.endswith("+C unique")] + [
     ("t5", "t5 zero-start"), ("t5+C bucketed", "t5 zero-start+C bucketed"),
-    ("stock nope", "stock"), ("alibi", "stock nope"), ("t5 zero-start", "stock nope"), ("t5", "alibi"),
+    ("stock nope", "stock"), ("nope", "stock nope"), ("alibi", "nope"), ("t5 zero-start", "nope"), ("t5", "alibi"),
     ("alibi+C bucketed", "t5"), ("kerple", "alibi"), ("kerple", "t5"), ("kerple+C bucketed", "alibi+C bucketed"),
     ("kerple+C bucketed", "t5+C bucketed")]
 # the init x C table: (start, C) -> config
@@ -275,11 +283,13 @@ def markdown(a, summary, diffs, wall, cpu, interaction=None):
     if diffs:
         lines += ["", "Paired by seed (same seed, same data order): test ppl(config) − ppl(against), mean ± sample "
                   "std over seeds (negative: the config is better). URPE's C against the same bias (and start) "
-                  "without it; T5 with its ALiBi-shaped start (the default) against the flat start, without and with "
-                  "C; stock without positions (NoPE) against stock; ALiBi and T5 started flat against NoPE; T5 "
-                  "started on ALiBi's line (a learnable bias) against ALiBi's fixed line, and ALiBi + C against it; "
-                  "KERPLE(log) against ALiBi and T5. Last column: the 95% t-interval of the mean difference at "
-                  f"{factors[0]}L and the paired t-test's two-sided p-value.", "",
+                  "without it; per-distance C against bucketed C; T5 with its ALiBi-shaped start (the default) "
+                  "against the flat start, without and with C; stock without positions against stock (the same "
+                  "initial weights); the plugin's NoPE against stock without positions (the same model, other "
+                  "initial weights); ALiBi and T5 started flat against the plugin's NoPE; T5 started on ALiBi's line "
+                  "(a learnable bias) against ALiBi's fixed line, and ALiBi + C against it; KERPLE(log) against "
+                  f"ALiBi and T5. Last column: the 95% t-interval of the mean difference at {factors[0]}L and the "
+                  "paired t-test's two-sided p-value.", "",
                   "| config | against | seeds | " + " | ".join(f"Δ ppl {k}L" for k in factors)
                   + f" | {factors[0]}L: 95% interval, p |",
                   "|---|---|---:|" + "---:|" * len(factors) + "---|"]
@@ -324,7 +334,8 @@ def interaction_markdown(table):
     return lines[:-1]
 
 
-COLORS = {"stock": "black", "t5": "tab:blue", "alibi": "tab:green", "log": "tab:red"}
+COLORS = {"stock": "black", "nope": "tab:gray", "t5": "tab:blue", "alibi": "tab:green", "log": "tab:red",
+          "kerple": "tab:purple"}
 STYLES = {"none": "-", "bucketed": "--", "unique": ":"}
 
 

@@ -153,7 +153,7 @@ def test_run_brown_smoke_trains_evaluates_at_three_lengths_and_writes_tables_and
     assert run["train_cpu_seconds"] > 0 and run["params"] > 0
     table = (out / "results.md").read_text()
     assert "| t5 zero-start+C bucketed | `transformer_lm_urpe --rpe-init zero` |" in table
-    assert "| stock nope | `transformer_lm_nope` |" in table
+    assert "| stock nope | `transformer_lm --no-token-positional-embeddings` |" in table
     assert (out / "extrapolation.png").stat().st_size > 0 and (out / "curves.png").stat().st_size > 0
 
     # --collect-only trains nothing: the tables of the runs finished so far ("t5" never ran here)
