@@ -13,8 +13,8 @@ the grid, keeping the best point evaluated). A one-layer dot-product-free model 
 last of ``N`` positions its kernel is ``k(l) = c [l = 0] + sum_h a_h softmax_l(p_h phi(l))`` over lags
 ``l = 0 .. N-1`` (the paper's phi: ``phi_log(0) = -inf``), and for white-noise inputs its error is a weighted
 distance between ``k`` and the target kernel ``r``. The error found is the error of a kernel the family holds, so
-it bounds the family's best with H heads from above (a better fit may exist), and the warm start makes it never
-rise with H; it is not a bound on what training reaches.
+it bounds the family's best with H heads from above (a better fit may exist); a grid point keeps the best kernel
+found with at most H heads, so the curve never rises with H. It is not a bound on what training reaches.
 
     rate    r = [l = T] (fixed memory at lag T), N = 2T, T = 64, 256, 1024, unweighted: E = ||k - r||^2 (1 is
             predicting 0). The paper's bounds: heads ~ e^{0.01 T} (lin) vs T^{1.01} (log); they cross near
@@ -107,14 +107,17 @@ def kernel_basis(kind, slopes, n):
 
 
 def fit_error(kind, slopes, target, weight):
-    """``(E, kernel)``: the best amplitudes for ``slopes`` by weighted least squares; ``E = sum w (k - r)^2 / sum w r^2``."""
+    """``(E, kernel)``: the best amplitudes for ``slopes`` by weighted least squares; ``E = sum w (k - r)^2 / sum w r^2``.
+    The solver is SVD-based (``gelsd``): the bases of many heads are nearly collinear, and a QR solver (``gelsy``,
+    the default) returns amplitudes whose kernel is far worse than no kernel at all. ``E`` is always the error of
+    the kernel returned, a kernel of the family."""
     import torch
 
     basis = kernel_basis(kind, slopes, target.numel())
     if not torch.isfinite(basis).all():  # slopes that overflowed: no fit here
         return torch.tensor(math.inf, dtype=torch.float64), None
     root = weight.sqrt()[:, None]
-    amplitudes = torch.linalg.lstsq(basis * root, (target * weight.sqrt())[:, None]).solution
+    amplitudes = torch.linalg.lstsq(basis * root, (target * weight.sqrt())[:, None], driver="gelsd").solution
     kernel = (basis @ amplitudes).squeeze(1)
     return (weight * (kernel - target) ** 2).sum() / (weight * target**2).sum(), kernel
 
@@ -131,8 +134,9 @@ def fit_from(kind, log_slopes, target, weight, iters):
     def closure():
         optimiser.zero_grad()
         error = fit_error(kind, torch.exp(log_slopes), target, weight)[0]
-        if math.isfinite(float(error)) and float(error) < best[0]:
-            best[0], best[1] = float(error), log_slopes.detach().clone()
+        value = float(error.detach())
+        if math.isfinite(value) and value < best[0]:
+            best[0], best[1] = value, log_slopes.detach().clone()
         if error.requires_grad:
             error.backward()
         return error
@@ -175,12 +179,15 @@ def best_fit(kind, heads, target, weight, restarts=RESTARTS, iters=FIT_ITERS, se
 
 
 def fit_curve(kind, heads_grid, target, weight, restarts, iters):
-    """``{H: (E, kernel)}`` over the H grid in increasing order, each H warm-started from the last."""
-    out, warm = {}, None
+    """``{H: (E, kernel)}`` over the H grid in increasing order, each H warm-started from the last: the smallest
+    error found with at most H heads (H heads hold every kernel of fewer, with zero amplitudes), so the curve
+    never rises with H. Every ``E`` is the error of a kernel of the family: a bound from above on its best."""
+    out, best = {}, None  # best: (E, kernel, log-slopes) with at most H heads
     for h in sorted(heads_grid):
-        error, kernel, slopes = best_fit(kind, h, target, weight, restarts, iters, warm=warm)
-        out[h] = (error, kernel)
-        warm = slopes if slopes is not None else warm
+        found = best_fit(kind, h, target, weight, restarts, iters, warm=best[2] if best else None)
+        if best is None or found[0] <= best[0]:
+            best = found
+        out[h] = best[:2]
     return out
 
 
