@@ -245,7 +245,8 @@ def init_by_c(runs, factors):
         effects["interaction"] = [z - a for z, a in zip(effects["C, flat start"], effects["C, ALiBi-line start"])]
         table["by_factor"][str(k)] = {
             "cells": {cell: dict(zip(("mean", "std"), mean_std(values)), per_seed=values) for cell, values in ppl.items()},
-            "effects": {name: dict(zip(("mean", "std"), mean_std(values)), per_seed=values) for name, values in effects.items()},
+            "effects": {name: dict(zip(("mean", "std"), mean_std(values)), per_seed=values, **paired_t(values))
+                        for name, values in effects.items()},
         }
     return table
 
@@ -312,7 +313,8 @@ def interaction_markdown(table):
     lines = ["", f"T5's bias: start (ALiBi's line or flat) x URPE's C (none or bucketed), test perplexity, mean ± sample "
              f"std over seeds {' '.join(map(str, seeds))}; then the paired differences seed by seed (same seed: same "
              "data order and starting weights but for the bias's start), and the interaction: C's effect with the "
-             "flat start minus C's effect with ALiBi's line.", ""]
+             "flat start minus C's effect with ALiBi's line; each with the 95% t-interval of its mean and the paired "
+             "t-test's two-sided p-value.", ""]
     for k, entry in table["by_factor"].items():
         cells = entry["cells"]
         lines += [f"| {k}L | no C | C bucketed | C's effect (paired) |", "|---|---:|---:|---:|"]
@@ -325,11 +327,11 @@ def interaction_markdown(table):
         lines += [f"| flat minus ALiBi-line start (paired) | {fmt(entry['effects']['flat start, no C']['mean'], entry['effects']['flat start, no C']['std'], 2)} | "
                   f"{fmt(entry['effects']['flat start, with C']['mean'], entry['effects']['flat start, with C']['std'], 2)} | "
                   f"interaction {fmt(entry['effects']['interaction']['mean'], entry['effects']['interaction']['std'], 2)} |", ""]
-        lines += ["| paired difference | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± std |",
-                  "|---|" + "---:|" * (len(seeds) + 1)]
+        lines += ["| paired difference | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± std | 95% interval, p |",
+                  "|---|" + "---:|" * (len(seeds) + 1) + "---|"]
         for name, effect in entry["effects"].items():
             lines.append(f"| {name} | " + " | ".join(f"{v:.2f}" for v in effect["per_seed"])
-                         + f" | {fmt(effect['mean'], effect['std'], 2)} |")
+                         + f" | {fmt(effect['mean'], effect['std'], 2)} | {fmt_interval(effect)} |")
         lines.append("")
     return lines[:-1]
 

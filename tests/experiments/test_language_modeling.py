@@ -96,7 +96,7 @@ def test_init_by_c_pairs_the_four_cells_by_seed_and_reports_the_interaction():
     assert effects["interaction"]["mean"] == pytest.approx(0.75)
     text = "\n".join(interaction_markdown(table))
     assert "| flat (zero) start | 215.5 ± 0.7 | 214.8 ± 0.4 | -0.75 ± 0.35 |" in text
-    assert "| interaction | 0.50 | 1.00 | 0.75 ± 0.35 |" in text
+    assert "| interaction | 0.50 | 1.00 | 0.75 ± 0.35 | [-2.43, 3.93], p = 0.2 |" in text  # t-interval with 1 df
     assert init_by_c([r for r in runs if r["config"] != "t5 zero-start+C bucketed"], [1]) is None
 
 
