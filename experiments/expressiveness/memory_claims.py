@@ -404,7 +404,7 @@ def plot_curves(runs, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    experiments = list(dict.fromkeys(e for e, _, _ in trained_cells()))
+    experiments = list(dict.fromkeys(e for e, _, c in trained_cells() if config_runs(c, runs)))  # those trained
     fig, axes = plt.subplots(1, len(experiments), figsize=(5 * len(experiments), 4), squeeze=False, sharey=True)
     for ax, experiment in zip(axes[0], experiments):
         rows = [(row, config) for e, row, config in trained_cells() if e == experiment]
