@@ -35,14 +35,13 @@ flight and a rerun trains only the missing ones), ``appendix_h.json`` and ``appe
 import argparse
 import json
 import math
-import multiprocessing
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from experiments.expressiveness import verdict_rules as rules
-from experiments.expressiveness.runs_file import add_runner_options, read_runs
+from experiments.expressiveness import runs_file
+from experiments.expressiveness.runs_file import add_runner_options, append_run, cell_records, read_runs, train_side_by_side
 
 LENGTH, STEPS, BATCH, EVAL = 1000, 10_000, 100, 10_000
 LR, POSITION_LR, WEIGHT_DECAY, WARMUP, WIDTH = 1e-3, 1e-2, 0.01, 200, 16
@@ -247,18 +246,13 @@ def key_of(config, seed):
 
 
 def config_runs(config, runs):
-    """The records of ``config``, every seed trained."""
-    prefix = key_of(config, "")
-    return [r for k, r in runs.items() if k.startswith(prefix) and k[len(prefix):].isdigit()]
+    """The records of ``config``, by seed."""
+    return cell_records(runs, key_of(config, ""))
 
 
 def seeds_to_train(config, runs, fixed=None):
-    """The seeds ``config`` trains next: ``fixed`` minus those done, or verdict_rules.next_seeds."""
-    records = config_runs(config, runs)
-    done = [int(r["key"].rsplit("|", 1)[1]) for r in records]
-    if fixed is not None:
-        return [s for s in fixed if s not in done]
-    return rules.next_seeds(done, sum(not is_dead(r) for r in records))
+    """The seeds ``config`` trains next (runs_file.seeds_to_train)."""
+    return runs_file.seeds_to_train(config_runs(config, runs), is_dead, fixed)
 
 
 def is_dead(record):
@@ -272,7 +266,7 @@ def summarise(job_list, runs):
 
     results = {}
     for table, label, heads, ffn, config in job_list:
-        records = sorted(config_runs(config, runs), key=lambda r: int(r["key"].rsplit("|", 1)[1]))
+        records = config_runs(config, runs)
         if not records:
             continue
         flags = [is_dead(r) for r in records]
@@ -394,9 +388,7 @@ def main(argv=None):
             table, label, heads, ffn, config = job
             r = {"key": key_of(config, seed), "mse": mse, "relative": relative, "spread": spread,
                  "seconds": seconds, "size": size, "config": config}
-            runs[r["key"]] = r
-            log.write(json.dumps(r) + "\n")
-            log.flush()
+            append_run(log, runs, r)
             print(f"  table {table} {label:12s} H={heads} m={ffn} seed {seed}: mse {mse:.3g} (rel {relative:.3g}, "
                   f"spread {spread:.3g}{', dead' if is_dead(r) else ''}, {seconds:.0f} s)", flush=True)
 
@@ -409,17 +401,11 @@ def main(argv=None):
             print(f"round: {len(todo)} configurations, {sum(len(s) for _, s in todo)} models, {size}, "
                   f"{a.jobs} at once", flush=True)
             trained += sum(len(s) for _, s in todo)
-            if a.jobs <= 1:
-                for job, job_seeds in todo:
-                    for seed, result in zip(job_seeds, train_eval(job[4], job_seeds, size)):
-                        record(job, seed, *result)
-            else:
-                with ProcessPoolExecutor(a.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-                    futures = {pool.submit(train_eval, j[4], s, size): (j, s) for j, s in todo}
-                    for f in as_completed(futures):
-                        job, job_seeds = futures[f]
-                        for seed, result in zip(job_seeds, f.result()):
-                            record(job, seed, *result)
+            calls = [(j[4], seeds, size) for j, seeds in todo]
+            for (config, job_seeds, _), results in train_side_by_side(train_eval, calls, a.jobs):
+                job = next(j for j, _ in todo if j[4] is config)
+                for seed, result in zip(job_seeds, results):
+                    record(job, seed, *result)
     results = summarise(job_list, runs)
     model_seconds = sum(r["seconds"] for r in runs.values())
     header = (f"Appendix H at length {size['length']}, {size['steps']} AdamW steps of batch {size['batch']}; MSE on "

@@ -47,14 +47,13 @@ other held-out sequences):
 import argparse
 import json
 import math
-import multiprocessing
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from experiments.expressiveness import verdict_rules as rules
-from experiments.expressiveness.runs_file import add_runner_options, read_runs
+from experiments.expressiveness.runs_file import (add_runner_options, append_run, cell_records, read_runs,
+                                                  seeds_to_train, train_side_by_side)
 
 RESTARTS, FIT_ITERS = 8, 200
 RATE_LAGS, FIT_HEADS, RATE_THRESHOLD = (64, 256, 1024), (1, 2, 3, 4, 8, 16, 32), 0.5
@@ -337,9 +336,8 @@ def key_of(config, seed):
 
 
 def config_runs(config, runs):
-    prefix = key_of(config, "")
-    return sorted((r for k, r in runs.items() if k.startswith(prefix) and k[len(prefix):].isdigit()),
-                  key=lambda r: int(r["key"].rsplit("|", 1)[1]))
+    """The records of ``config``, by seed."""
+    return cell_records(runs, key_of(config, ""))
 
 
 def is_dead(record):
@@ -494,9 +492,7 @@ def main(argv=None):
                 r = {"key": key_of(config, seed), "error": error, "spread": spread, "curve": curve,
                      "trained_steps": steps, "flat": stopped_flat, "seconds": seconds, "budget": budget,
                      "config": config}
-                runs[r["key"]] = r
-                log.write(json.dumps(r) + "\n")
-                log.flush()
+                append_run(log, runs, r)
                 print(f"  {r['key']}: {error:.4f} after {steps} steps ({'flat' if stopped_flat else 'budget'}"
                       f"{', dead' if is_dead(r) else ''}, {seconds:.0f} s)", flush=True)
 
@@ -504,24 +500,14 @@ def main(argv=None):
             while not a.no_train:
                 todo = []
                 for c in configs:
-                    recs = config_runs(c, runs)
-                    done = [int(r["key"].rsplit("|", 1)[1]) for r in recs]
-                    seeds = ([s for s in fixed if s not in done] if fixed is not None
-                             else rules.next_seeds(done, sum(not is_dead(r) for r in recs)))
-                    todo += [(c, s) for s in seeds]
+                    todo += [(c, s) for s in seeds_to_train(config_runs(c, runs), is_dead, fixed)]
                 if not todo:
                     break
                 todo.sort(key=lambda cs: -cs[0]["heads"] * cs[0]["layers"])  # the largest first
                 print(f"round: {len(todo)} models to train", flush=True)
                 trained_now += len(todo)
-                if a.jobs <= 1:
-                    for c, s in todo:
-                        record(c, s, *train_eval(c, s, size))
-                else:
-                    with ProcessPoolExecutor(a.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-                        futures = {pool.submit(train_eval, c, s, size): (c, s) for c, s in todo}
-                        for f in as_completed(futures):
-                            record(*futures[f], *f.result())
+                for (c, s, _), result in train_side_by_side(train_eval, [(c, s, size) for c, s in todo], a.jobs):
+                    record(c, s, *result)
     trained = summarise_trained(runs)
     verdicts = {**(fit_verdicts(fits, size) if fits else {}), **trained_verdicts(trained)}
     model_seconds = sum(r["seconds"] for r in runs.values())

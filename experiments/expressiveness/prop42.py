@@ -32,15 +32,14 @@ import argparse
 import itertools
 import json
 import math
-import multiprocessing
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from experiments.expressiveness import verdict_rules as rules
-from experiments.expressiveness.runs_file import add_runner_options, read_runs
+from experiments.expressiveness.runs_file import (add_runner_options, append_run, cell_records, read_runs,
+                                                  seeds_to_train, train_side_by_side)
 
 LENGTH, STEPS, LR, WIDTH, GATE_WIDTH = 6, 1000, 1e-2, 16, 16
 HEADS = [1, 2, 4, 8, 16]
@@ -150,9 +149,7 @@ def key_of(row, heads, seed):
 
 def row_runs(runs, row, heads):
     """The records of ``row`` at ``heads``, by seed."""
-    prefix = key_of(row, heads, "")
-    return sorted((r for k, r in runs.items() if k.startswith(prefix) and k[len(prefix):].isdigit()),
-                  key=lambda r: int(r["key"].rsplit("|", 1)[1]))
+    return cell_records(runs, key_of(row, heads, ""))
 
 
 def is_dead(record):
@@ -250,9 +247,7 @@ def main(argv=None):
         def record(row, h, s, sup, mse, spread, seconds):
             r = {"key": key_of(row, h, s), "sup": sup, "mse": mse, "spread": spread, "seconds": seconds,
                  "length": length, "steps": steps}
-            runs[r["key"]] = r
-            log.write(json.dumps(r) + "\n")
-            log.flush()
+            append_run(log, runs, r)
             print(f"  {row[0]:28s} {row[1]:11s} H={h:2d} seed {s}: sup {sup:.4f} mse {mse:.4g}"
                   f"{' (dead)' if is_dead(r) else ''} ({seconds:.0f} s)", flush=True)
 
@@ -260,23 +255,13 @@ def main(argv=None):
         while not a.no_train:
             todo = []
             for row, h in cells:
-                recs = row_runs(runs, row, h)
-                done = [int(r["key"].rsplit("|", 1)[1]) for r in recs]
-                seeds = ([s for s in fixed if s not in done] if fixed is not None
-                         else rules.next_seeds(done, sum(not is_dead(r) for r in recs)))
-                todo += [(row, h, s) for s in seeds]
+                todo += [(row, h, s) for s in seeds_to_train(row_runs(runs, row, h), is_dead, fixed)]
             if not todo:
                 break
             print(f"round: {len(todo)} models, length {length}, {steps} steps", flush=True)
             trained += len(todo)
-            if a.jobs <= 1:
-                for row, h, s in todo:
-                    record(row, h, s, *train_eval(row, h, s, length, steps))
-            else:
-                with ProcessPoolExecutor(a.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-                    futures = {pool.submit(train_eval, row, h, s, length, steps): (row, h, s) for row, h, s in todo}
-                    for f in as_completed(futures):
-                        record(*futures[f], *f.result())
+            for (row, h, s, _, _), result in train_side_by_side(train_eval, [(*c, length, steps) for c in todo], a.jobs):
+                record(row, h, s, *result)
     results = summarise(runs, ROWS, sorted({h for r in ROWS for h in row_heads(r, a.smoke)}))
     x = all_inputs(length)
     built = {"heads": length + 2, "no denominator": errors(construction(length), x, targets(x))}
