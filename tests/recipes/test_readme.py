@@ -8,7 +8,8 @@ from .conftest import RECIPES, REPO
 from .dry_run import dry_run, eval_lm_args, eval_lm_commands, train_args
 from .readme_commands import readme_commands, undocumented
 
-READMES = (RECIPES / "README.md", REPO / "README.md")  # the recipes' own, and the top level's lines about them
+# The recipes' own pages, and the top level's lines about them.
+READMES = (RECIPES / "README.md", RECIPES / "costs_and_results.md", REPO / "README.md")
 GPU_NODE = "8"
 
 
