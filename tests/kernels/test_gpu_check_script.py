@@ -69,7 +69,7 @@ def test_the_report_judges_the_speed_targets_on_the_default_tables_beside_the_pr
 
 def test_the_performance_doc_and_the_readme_quote_the_prediction_as_it_prints():
     """docs/performance.md holds the table ``python -m benchmarks.gpu_check.prediction`` prints from the
-    committed compile report, verbatim; the README quotes its L2048 d64 figures and ranges."""
+    committed compile report, verbatim; the README quotes its figures and ranges at both points."""
     from benchmarks.gpu_check.prediction import load_results, predict, table
 
     prediction = predict()
@@ -77,8 +77,8 @@ def test_the_performance_doc_and_the_readme_quote_the_prediction_as_it_prints():
     doc = open(os.path.join(REPO, "docs", "performance.md")).read()
     assert printed in doc
     readme = " ".join(open(os.path.join(REPO, "README.md")).read().split())
-    readme_point = prediction["L2048 d64 bf16"]
-    for case in ("no dropout", "dropout / flash without"):
-        figure, (low, high) = readme_point[case]["model"], readme_point[case]["range"]
-        assert f"{figure:.2f}x" in readme and f"{low:.2f}-{high:.2f}x" in readme, case
+    for point in ("L2048 d64 bf16", "L3072 d128 fp16"):
+        for case in ("no dropout", "dropout / flash without"):
+            figure, (low, high) = prediction[point][case]["model"], prediction[point][case]["range"]
+            assert f"**{figure:.2f}x** ({low:.2f}-{high:.2f}x)" in readme, (point, case)
     assert ("not met in the model" in readme) == (prediction["no dropout"] > 1.3 or prediction["dropout"] > 1.6)
