@@ -257,7 +257,7 @@ def fmt(mean, std, digits=1):
     return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if std is not None else "")
 
 
-def markdown(a, summary, diffs, wall, cpu, interaction=None):
+def markdown(a, summary, diffs, cpu, interaction=None):
     factors = a.factors
     lines = [
         f"Brown corpus ({a.corpus}), vocabulary {a.vocab}; model: {a.layers} layers, width {a.embed}, FFN {a.ffn}, "
@@ -265,8 +265,7 @@ def markdown(a, summary, diffs, wall, cpu, interaction=None):
         f"tokens, Adam lr {a.lr}, inverse-sqrt warm-up {a.warmup}, dropout 0.1. Seeds {' '.join(map(str, a.seeds))}. "
         f"Test perplexity per token, non-overlapping blocks of kL tokens; mean ± sample std over seeds. "
         f"{cpu / 3600:.2f} CPU-core hours for the runs below (training and evaluation; {a.jobs} at once, "
-        f"{a.threads} thread(s) each); this invocation took {wall / 60:.1f} min wall (a resumed sweep counts only the "
-        f"runs it did). \"train CPU s\": CPU seconds of one training run, mean over seeds (wall seconds vary with "
+        f"{a.threads} thread(s) each). \"train CPU s\": CPU seconds of one training run, mean over seeds (wall seconds vary with "
         f"the machine's load).",
         "",
         "| config | arch | parameters | seeds | " + " | ".join(f"test ppl {k}L = {k * a.tokens}" for k in factors)
@@ -483,7 +482,7 @@ def main(argv=None):
     summary = summarize(runs, a.configs, a.factors)
     diffs = paired_differences(runs, a.factors)
     interaction = init_by_c(runs, a.factors)
-    table = markdown(a, summary, diffs, wall, cpu, interaction)
+    table = markdown(a, summary, diffs, cpu, interaction)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}
     (a.out / "results.json").write_text(json.dumps({"settings": settings, "wall_seconds": wall, "cpu_seconds": cpu,
                                                     "summary": summary, "paired": diffs, "init_by_c": interaction,
@@ -492,6 +491,7 @@ def main(argv=None):
     plot(summary, runs, a)
     print(table)
     print(f"wrote {a.out / 'results.md'}, results.json, extrapolation.png, curves.png")
+    print(f"{wall / 60:.1f} min wall ({len(jobs)} run(s); finished ones are read, not trained again)", flush=True)
     return 0 if all("test_ppl" in r for r in runs) else 1
 
 
