@@ -5,28 +5,24 @@ the encoder). Checkpoints of the per-layer layout list them under every layer's 
 copies, ``decoder.layers.<i>.self_attn.position_bias.weight``. fairseq calls
 ``upgrade_state_dict_named`` on every module of a model before loading a state dict into it (checkpoint
 loading, ``fairseq-train --restore-file``, the hub, ``--store-ema``'s averaged copy); the encoder and
-decoder call :func:`upgrade_per_layer_layout` there. Nothing else in the model knows about the per-layer layout.
+decoder call :func:`upgrade_per_layer_layout` there.
 
 Optimizer states are stored by parameter order, and that layout listed the shared parameters inside layer
-0's attention, where the current order does not: resuming such a checkpoint with its optimizer state
-would put Adam's moments on the wrong parameters (silently, in fairseq's flat fp16/bf16 optimizer). So
-the first step of an optimizer that arrives holding state in a process that upgraded such a checkpoint
-stops with an error asking for ``--reset-optimizer`` (the weights load as they are; the optimizer restarts).
+0's attention, right after its projections, where the current order lists them after everything else.
+So a model that loads such a checkpoint keeps that layout's parameter order (:func:`per_layer_order`):
+the optimizer fairseq builds after loading the weights then lines up with the moments the checkpoint
+holds, and training resumes as it was. The state dict marks such a model (:data:`ORDER_MARK`), so its
+own checkpoints, whose optimizer state follows the same order, load back the same way. Nothing outside
+the model is touched.
 """
 
 import re
-import weakref
-from typing import Iterable
+from typing import Iterable, Iterator, List, Tuple
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torch import nn
 
-OLD_LAYOUT_OPTIMIZER = (
-    "this run resumes a checkpoint that stores the shared position tables under every layer (the per-layer "
-    "layout); its optimizer state is in that layout's parameter order, which this "
-    "code does not have. Resume with --reset-optimizer: the model's weights load as they are and the "
-    "optimizer starts afresh"
-)
+ORDER_MARK = "per_layer_parameter_order"  # a buffer of the encoder/decoder: its parameters in that layout's order
 
 
 def upgrade_per_layer_layout(state_dict: dict, prefix: str, slots: Iterable[str]) -> bool:
@@ -49,26 +45,30 @@ def upgrade_per_layer_layout(state_dict: dict, prefix: str, slots: Iterable[str]
                 )
             state_dict[f"{prefix}{slot}.{rest}"] = values[0]
             moved = True
-    if moved:
-        refuse_restored_optimizer_state()
     return moved
 
 
-_STEPPED = weakref.WeakSet()  # optimizers that took a step since the hook was registered
-_HOOK = []
+def mark_per_layer_order(owner: nn.Module, state_dict: dict, prefix: str) -> None:
+    """Give ``owner`` (an encoder/decoder) the per-layer layout's parameter order and the buffer that says so,
+    and put that buffer in ``state_dict`` (for a strict load)."""
+    if ORDER_MARK not in owner._buffers:
+        owner.register_buffer(ORDER_MARK, torch.tensor(True))
+    state_dict.setdefault(f"{prefix}{ORDER_MARK}", torch.tensor(True))
 
 
-def refuse_restored_optimizer_state() -> None:
-    """From now on in this process, an optimizer whose first step finds it already holding state (restored
-    from a checkpoint, i.e. not ``--reset-optimizer``: optimizers make their state in their first step)
-    raises :data:`OLD_LAYOUT_OPTIMIZER`. Registered once."""
-    if not _HOOK:
-        _HOOK.append(register_optimizer_step_pre_hook(_refuse_if_restored))
-
-
-def _refuse_if_restored(optimizer, args, kwargs) -> None:
-    if optimizer in _STEPPED:
+def per_layer_order(modules: List[Tuple[str, nn.Module]], shared: List[nn.Module], first_attention: nn.Module,
+                    prefix: str) -> Iterator[Tuple[str, nn.Module]]:
+    """``modules`` (``named_modules()``'s list) with the ``shared`` modules and their children moved to right
+    after ``first_attention``'s own children: where the per-layer layout registered them, so parameters()
+    lists them in that layout's order."""
+    shared_names = {name for name, module in modules if any(module is m for m in shared)}
+    inside = [(n, m) for n, m in modules if any(n == s or n.startswith(s + ".") for s in shared_names)]
+    rest = [(n, m) for n, m in modules if not any(n == s or n.startswith(s + ".") for s in shared_names)]
+    attention = next((n for n, m in rest if m is first_attention), None)
+    if attention is None or not inside:
+        yield from modules
         return
-    _STEPPED.add(optimizer)
-    if any(len(state) for state in optimizer.state.values()):
-        raise RuntimeError(OLD_LAYOUT_OPTIMIZER)
+    last = max(i for i, (n, _) in enumerate(rest) if n == attention or n.startswith(attention + "."))
+    yield from rest[: last + 1]
+    yield from inside
+    yield from rest[last + 1 :]

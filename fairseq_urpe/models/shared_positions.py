@@ -19,7 +19,7 @@ from fairseq.distributed import fsdp_wrap
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
 from ..modules import PositionModules, RelativeMultiheadAttention
-from .checkpoint_upgrade import upgrade_per_layer_layout
+from .checkpoint_upgrade import ORDER_MARK, mark_per_layer_order, per_layer_order, upgrade_per_layer_layout
 from .position_kinds import build_position_modules
 
 
@@ -76,11 +76,27 @@ class SharedPositionsMixin:
         return nullcontext() if self.shared_positions is None else self.shared_positions.one_forward()
 
     def upgrade_state_dict_named(self, state_dict, name):
-        """fairseq's hook before loading: the copies of a per-layer-layout checkpoint become the one entry."""
+        """fairseq's hook before loading: the copies of a per-layer-layout checkpoint become the one entry,
+        and this model takes that layout's parameter order (:mod:`.checkpoint_upgrade`), as does a model
+        loading a checkpoint saved by one that did."""
         state_dict = super().upgrade_state_dict_named(state_dict, name) or state_dict
+        prefix = f"{name}." if name else ""
         if self.shared_positions is not None:
-            upgrade_per_layer_layout(state_dict, f"{name}." if name else "", [s for s, _ in self.shared_positions.items()])
+            moved = upgrade_per_layer_layout(state_dict, prefix, [s for s, _ in self.shared_positions.items()])
+            if moved or f"{prefix}{ORDER_MARK}" in state_dict:
+                mark_per_layer_order(self, state_dict, prefix)
         return state_dict
+
+    def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+        """nn.Module's, in the per-layer layout's order once a checkpoint of that layout was loaded (the
+        order ``parameters()`` and so the optimizer follow, also through a distributed wrapper)."""
+        modules = super().named_modules(memo, prefix, remove_duplicate)
+        if ORDER_MARK not in self._buffers or self.shared_positions is None or not len(self.layers):
+            yield from modules
+            return
+        first = self.layers[0]
+        attention = getattr(first, "self_attn", None)
+        yield from per_layer_order(list(modules), [m for _, m in self.shared_positions.items()], attention, prefix)
 
 
 def refuse_fully_sharded_without_cuda() -> None:
