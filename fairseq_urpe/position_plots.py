@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import pickle
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -38,6 +39,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--max-distance", type=int,
                         help="largest distance k to plot (default: the longest it was trained on, --tokens-per-sample - 1)")
     parser.add_argument("--dpi", type=int, default=110)
+    parser.add_argument("--trust-checkpoint-code", action="store_true", default=None,
+                        help="load a checkpoint that needs code to load (full unpickling runs whatever the file "
+                        "carries: only for files from a source you trust; also TRUST_CHECKPOINT_CODE=1)")
     return parser.parse_args(argv)
 
 
@@ -51,15 +55,22 @@ def find_data_dir(checkpoint: Path, data: Optional[str], state: dict) -> str:
     raise SystemExit(f"error: no dict.txt beside {checkpoint} or at the checkpoint's data path; pass --data DIR")
 
 
-def load(checkpoint: Path, data: Optional[str]):
+def load(checkpoint: Path, data: Optional[str], trust_code: Optional[bool] = None):
     from fairseq import checkpoint_utils, utils
+
+    from .checkpoint_file import checkpoint_loading
 
     if not checkpoint.is_file():
         raise SystemExit(f"error: checkpoint {checkpoint} does not exist")
     utils.import_user_module(argparse.Namespace(user_dir=str(PACKAGE_DIR)))
-    state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
-    data_dir = find_data_dir(checkpoint, data, state)
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)], arg_overrides={"data": data_dir})
+    try:
+        with checkpoint_loading(checkpoint, trust_code):  # as data, unless --trust-checkpoint-code
+            state = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))
+            data_dir = find_data_dir(checkpoint, data, state)
+            models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(checkpoint)],
+                                                                              arg_overrides={"data": data_dir})
+    except (pickle.UnpicklingError, ValueError) as error:
+        raise SystemExit(f"error: {error}") from error
     model = models[0].eval()
     if not hasattr(model.decoder.layers[0].self_attn, "positions"):
         raise SystemExit(f"error: {checkpoint} is not a fairseq_urpe model (arch {cfg.model._name})")
@@ -190,7 +201,7 @@ def write_plots(argv: Optional[List[str]] = None) -> List[Path]:
     matplotlib.use("Agg")
     logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's root logger would show its debug lines
     checkpoint = Path(args.checkpoint)
-    model, cfg, task = load(checkpoint, args.data)
+    model, cfg, task = load(checkpoint, args.data, args.trust_checkpoint_code)
     max_distance = plotted_distance(args.max_distance, cfg)
     words = args.sentence.split()
     if not words:

@@ -32,6 +32,8 @@
 #   EVAL_PRECISION   fp32 or fp16 (GPU only)                     (default: fp32)
 #   CPU              1: evaluate on CPU                  (default: 1 without a GPU (nvidia-smi), else 0)
 #   DRY_RUN          1: print each fairseq-eval-lm command, evaluate nothing (default: 0)
+#   TRUST_CHECKPOINT_CODE  1: load a checkpoint that needs code to load (full unpickling runs whatever the
+#                    file carries; only for files from a source you trust). Default: 0, such a file is refused
 #   URPE_VENV        Python environment with fairseq           (default: .venv in the repository)
 # Relative paths are taken from the directory you run the script in.
 #
@@ -66,9 +68,12 @@ EXTRAPOLATE=${EXTRAPOLATE:-1 2 4}
 MAX_TOKENS=${MAX_TOKENS:-0}
 EVAL_PRECISION=${EVAL_PRECISION:-fp32}
 DRY_RUN=${DRY_RUN:-0}
+TRUST_CHECKPOINT_CODE=${TRUST_CHECKPOINT_CODE:-0}
+export TRUST_CHECKPOINT_CODE
 note "$SCRIPT"
 show_knobs ARCH RPE_INIT SEED TOKENS_PER_SAMPLE PRECISION SMOKE RUN_NAME WT103_DIR BPE VOCAB DATA_BIN SAVE_DIR CHECKPOINT \
-  RESULTS_DIR LOG_DIR SPLITS CONTEXT_WINDOW EXTRAPOLATE MAX_TOKENS EVAL_PRECISION CPU DRY_RUN
+  RESULTS_DIR LOG_DIR SPLITS CONTEXT_WINDOW EXTRAPOLATE MAX_TOKENS EVAL_PRECISION CPU DRY_RUN \
+  TRUST_CHECKPOINT_CODE
 
 for knob in SEED TOKENS_PER_SAMPLE MAX_TOKENS VOCAB; do
   [[ ${!knob} =~ ^[0-9]+$ ]] || die "$knob must be a non-negative integer, got $knob=${!knob}"
@@ -83,6 +88,7 @@ fi
 case $EVAL_PRECISION in fp32) ;; fp16) [ "$CPU" = 0 ] || die "EVAL_PRECISION=fp16 needs a GPU (CPU=$CPU)" ;;
   *) die "EVAL_PRECISION must be fp32 or fp16, got EVAL_PRECISION=$EVAL_PRECISION" ;; esac
 [[ -z $CONTEXT_WINDOW || $CONTEXT_WINDOW =~ ^[0-9]+$ ]] || die "CONTEXT_WINDOW must be empty or an integer, got $CONTEXT_WINDOW"
+[[ $TRUST_CHECKPOINT_CODE =~ ^[01]$ ]] || die "TRUST_CHECKPOINT_CODE must be 0 or 1, got $TRUST_CHECKPOINT_CODE"
 [[ $EXTRAPOLATE =~ ^[0-9\ ]*$ ]] || die "EXTRAPOLATE must be whole factors like '1 2 4', got EXTRAPOLATE=$EXTRAPOLATE"
 find_venv
 

@@ -38,12 +38,10 @@ import argparse
 import json
 import logging
 import os
-import pickle
 import shlex
 import sys
 import time
 import traceback
-import zipfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)  # this repository's plugin, the one --user-dir names
@@ -51,6 +49,7 @@ sys.path.insert(0, REPO)  # this repository's plugin, the one --user-dir names
 # fairseq_cli.eval_lm first: it sets up logging as fairseq-eval-lm does (stdout, fairseq's format, INFO), which
 # one of fairseq's own modules would otherwise do first (at DEBUG, to stderr).
 from fairseq_cli import eval_lm  # isort: skip
+from fairseq_urpe import checkpoint_file  # isort: skip
 import torch
 from fairseq import checkpoint_utils, options
 from fairseq.data.indexed_dataset import MMapIndexedDataset
@@ -115,14 +114,16 @@ def eval_lm_argv(args, row, max_tokens):
     return argv
 
 
-def run_eval_lm(argv):
-    """fairseq-eval-lm's own main() on ``argv``, in this process: (loss base 2, tokens scored, parameters)."""
+def run_eval_lm(argv, trust_code=None):
+    """fairseq-eval-lm's own main() on ``argv``, in this process: (loss base 2, tokens scored, parameters).
+    Its checkpoint is read as data (``TRUST_CHECKPOINT_CODE=1`` to load one that needs code)."""
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_eval_lm_parser(), input_args=argv))
     capture = Capture()
     logger = logging.getLogger("fairseq_cli.eval_lm")
     logger.addHandler(capture)
     try:
-        result = eval_lm.main(cfg)
+        with checkpoint_file.checkpoint_loading(cfg.common_eval.path, trust_code):  # fairseq's loader, by the same rules
+            result = eval_lm.main(cfg)
     finally:
         logger.removeHandler(capture)
     return float(result["loss"]), evaluated_tokens(capture.text), model_params(capture.text)
@@ -245,23 +246,16 @@ def attention_path(train_log, plugin):
     return "; ".join(found) or f"not named in {train_log}"
 
 
-def read_checkpoint(path):
-    """(cfg as a plain dict, num_updates, seconds of training) of a checkpoint, its weights memory-mapped
-    where its layout allows (torch.save's zip, torch >= 1.6), not read. torch >= 2.6 loads with
-    ``weights_only=True`` unless told otherwise, and so does fairseq's own loader; checkpoints of older
-    fairseq versions hold an ``argparse.Namespace`` (``args``), which that refuses. Such a checkpoint is then
-    loaded with ``weights_only=False`` for the rest of this process (TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1),
-    saying so, and upgraded by fairseq to a ``cfg``."""
-    try:
-        state = torch.load(path, map_location="cpu", mmap=zipfile.is_zipfile(path))
-    except pickle.UnpicklingError:
-        print(f"== {path} holds more than tensors and plain values (an older fairseq checkpoint: its arguments as "
-              f"an argparse.Namespace); loading it with torch.load(weights_only=False), as a checkpoint you trust",
-              flush=True)
-        os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
-        state = None
-    if state is None or state.get("cfg") is None:
-        state = checkpoint_utils.load_checkpoint_to_cpu(path)  # upgrades args to cfg
+def read_checkpoint(path, trust_code=None):
+    """(cfg as a plain dict, num_updates, seconds of training) of a checkpoint, read as data
+    (:mod:`fairseq_urpe.checkpoint_file`: weights-only, its weights memory-mapped where its layout allows).
+    Checkpoints of older fairseq versions hold their arguments as an ``argparse.Namespace`` (``args``), which
+    that allows; fairseq upgrades them to a ``cfg``. A file that needs code to load is refused naming
+    ``TRUST_CHECKPOINT_CODE``, before anything is evaluated (also under DRY_RUN)."""
+    state = checkpoint_file.read_checkpoint(path, trust_code)
+    if state.get("cfg") is None:
+        with checkpoint_file.checkpoint_loading(path, trust_code):
+            state = checkpoint_utils.load_checkpoint_to_cpu(path)  # upgrades args to cfg
     cfg = state["cfg"]
     if not isinstance(cfg, dict):
         cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)

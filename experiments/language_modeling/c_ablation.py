@@ -14,6 +14,8 @@ import tempfile
 
 import torch
 
+from fairseq_urpe.checkpoint_file import read_checkpoint
+
 from .evaluate_lengths import eval_lm_table, score_blocks
 
 
@@ -22,11 +24,13 @@ def main(argv=None):
     parser.add_argument("--data", required=True)
     parser.add_argument("checkpoints", nargs="+")
     parser.add_argument("--tokens-per-sample", type=int, default=0, help="L; 0: the training length")
+    parser.add_argument("--trust-checkpoint-code", action="store_true", default=None,
+                        help="load checkpoints that need code to load (full unpickling: only for trusted files)")
     a = parser.parse_args(argv)
     table = eval_lm_table()
     print("| checkpoint | c min .. max | test ppl, learned c | test ppl, c = 1 |\n|---|---|---:|---:|")
     for path in a.checkpoints:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = read_checkpoint(path, a.trust_checkpoint_code, mmap=False)
         length = a.tokens_per_sample or state["cfg"]["task"]["tokens_per_sample"]
         tables = [k for k in state["model"] if k.endswith("toeplitz.weight")]
         if not tables:
@@ -39,7 +43,8 @@ def main(argv=None):
             torch.save(state, reset)
             ppl = []
             for checkpoint in (path, reset):
-                loss, _, _ = score_blocks(table, a.data, checkpoint, "test", length, True, cpu=True)
+                loss, _, _ = score_blocks(table, a.data, checkpoint, "test", length, True, cpu=True,
+                                          trust_code=a.trust_checkpoint_code)
                 ppl.append(2 ** loss)
         print(f"| {path} | {float(c.min()):.2f} .. {float(c.max()):.2f} | {ppl[0]:.2f} | {ppl[1]:.2f} |", flush=True)
 

@@ -26,13 +26,13 @@ def eval_lm_table():
     return load_script(REPO / "examples/wikitext103/eval_lm_table.py")
 
 
-def score_blocks(table, data, checkpoint, split, block, extends, cpu):
+def score_blocks(table, data, checkpoint, split, block, extends, cpu, trust_code=None):
     """fairseq-eval-lm on non-overlapping blocks of ``block`` tokens, batches of 4 blocks: (loss base 2,
     tokens scored, parameters). ``extends``: the model's positions reach past its training length."""
     args = SimpleNamespace(data=data, checkpoint=checkpoint, cpu=cpu, fp16=False)
     row = dict(split=split, break_mode="none", tokens_per_sample=block, context_window=0,
                max_target_positions=block if extends else None)
-    return table.run_eval_lm(table.eval_lm_argv(args, row, 4 * block))
+    return table.run_eval_lm(table.eval_lm_argv(args, row, 4 * block), trust_code)
 
 
 def main(argv=None):
@@ -43,12 +43,14 @@ def main(argv=None):
     parser.add_argument("--split", default="test")
     parser.add_argument("--factors", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--cpu", action="store_true")
+    parser.add_argument("--trust-checkpoint-code", action="store_true", default=None,
+                        help="load a checkpoint that needs code to load (full unpickling: only for trusted files)")
     a = parser.parse_args(argv)
 
-    import torch
+    from fairseq_urpe.checkpoint_file import read_checkpoint
 
     table = eval_lm_table()
-    state = torch.load(a.checkpoint, map_location="cpu", weights_only=False)
+    state = read_checkpoint(a.checkpoint, a.trust_checkpoint_code)
     train_length = state["cfg"]["task"]["tokens_per_sample"]
     model_cfg = state["cfg"]["model"]
     absolute_learned = bool(model_cfg.get("decoder_learned_pos")) and not model_cfg.get("no_token_positional_embeddings")
@@ -58,7 +60,8 @@ def main(argv=None):
     rows, params = [], None
     for k in a.factors:
         block = k * train_length
-        loss, tokens, params = score_blocks(table, a.data, a.checkpoint, a.split, block, not absolute_learned, a.cpu)
+        loss, tokens, params = score_blocks(table, a.data, a.checkpoint, a.split, block, not absolute_learned, a.cpu,
+                                            a.trust_checkpoint_code)
         ok = tokens == total
         rows.append({"factor": k, "block": block, "loss_base2": loss if ok else None, "ppl": 2 ** loss if ok else None,
                      "tokens": tokens, "status": "ok" if ok else f"incomplete: {tokens} of {total} tokens scored"})

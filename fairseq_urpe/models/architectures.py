@@ -7,12 +7,12 @@ size of :data:`SIZES`. The variants preset the position options; explicit flags 
 registered: docs/architectures.md, written by :mod:`.arch_table`.
 """
 
-from fairseq.models import register_model_architecture
+from fairseq.models import ARCH_CONFIG_REGISTRY, register_model_architecture
 from fairseq.models.transformer_lm import base_lm_architecture, transformer_lm_baevski_wiki103, transformer_lm_gpt2_small
 from fairseq.utils import safe_getattr
 
-from .position_kinds import POSITION_KINDS
-from .relative_transformer_lm import RelativeTransformerLanguageModel
+from .position_kinds import POSITION_KINDS, command_line_check, config_defaults, given_on_command_line, refuse_unread_given
+from .relative_transformer_lm import RelativeTransformerLanguageModel, RelativeTransformerLanguageModelConfig
 
 URPE = {"urpe_toeplitz": "bucketed"}
 RPE = {"urpe_toeplitz": "none"}
@@ -57,18 +57,23 @@ def baseline_variants():
 
 
 def preset(options, sizes):
-    """An arch function: ``sizes``, then the position ``options`` where the user gave none, then fairseq's defaults."""
+    """An arch function: ``sizes``, then the position ``options`` where the user gave none, then fairseq's
+    defaults; a position option the command line gave that the kind does not read is refused, at any value."""
 
     def architecture(args):
+        given = given_on_command_line(args)
         sizes(args)
         for name, value in options.items():
             setattr(args, name, safe_getattr(args, name, value))
         base_lm_architecture(args)
+        refuse_unread_given(args, given)
 
     return architecture
 
 
 ARCHITECTURES = {}
+# fairseq registers each model's own name as an arch that does nothing; ours checks what the command line gave.
+ARCH_CONFIG_REGISTRY["relative_transformer_lm"] = command_line_check(config_defaults(RelativeTransformerLanguageModelConfig))
 for _variant, _options in variants().items():
     for _size, _sizes in SIZES.items():
         _name = f"transformer_lm_{_variant}{_size}"

@@ -52,8 +52,8 @@ def mark_per_layer_order(owner: nn.Module, state_dict: dict, prefix: str) -> Non
     """Give ``owner`` (an encoder/decoder) the per-layer layout's parameter order and the buffer that says so,
     and put that buffer in ``state_dict`` (for a strict load)."""
     if ORDER_MARK not in owner._buffers:
-        owner.register_buffer(ORDER_MARK, torch.tensor(True))
-    state_dict.setdefault(f"{prefix}{ORDER_MARK}", torch.tensor(True))
+        owner.register_buffer(ORDER_MARK, torch.tensor(1.0))  # float: fp16 and fairseq's EMA carry it as it is
+    state_dict.setdefault(f"{prefix}{ORDER_MARK}", torch.tensor(1.0))
 
 
 def per_layer_order(modules: List[Tuple[str, nn.Module]], shared: List[nn.Module], first_attention: nn.Module,

@@ -13,6 +13,7 @@ values that :data:`TOEPLITZ_READS` gives it; :func:`check_position_options` refu
 option that neither the model's kind nor its ``C`` reads.
 """
 
+import argparse
 import dataclasses
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -31,7 +32,7 @@ TOEPLITZ_OPTIONS = {"parameterisation": "--urpe-toeplitz", "beyond_max": "--urpe
 TOEPLITZ_READS = {"none": (), "bucketed": ("rpe_num_buckets", "rpe_max_distance"),
                   "unique": ("urpe_max_distance", "urpe_beyond_max")}
 # The options' defaults (:class:`RelativePositionConfig`'s; ``None``: not given), against which "given" is judged.
-OPTION_DEFAULTS = {"rpe_slopes": None, "rpe_init": "alibi", "rpe_num_buckets": 32, "rpe_max_distance": 128,
+OPTION_DEFAULTS = {"rpe_kind": "t5", "rpe_slopes": None, "rpe_init": "alibi", "rpe_num_buckets": 32, "rpe_max_distance": 128,
                    "urpe_toeplitz": "bucketed", "urpe_max_distance": None, "urpe_beyond_max": "clamp"}
 # What an option sets, for the error where nothing reads it ("--rpe-kind alibi has no slopes").
 WHAT_IT_SETS = {"rpe_slopes": "slopes", "rpe_num_buckets": "buckets", "rpe_max_distance": "bucketed or per-distance table",
@@ -162,30 +163,79 @@ def position_kind(cfg) -> PositionKind:
     return POSITION_KINDS[name]
 
 
-def check_position_options(cfg, defaults: Mapping[str, object], longest_distance: int, longest_name: str) -> None:
-    """At model build, before any module: raise ``ValueError`` naming the option and the kind (or ``C``)
-    where ``cfg`` gives a position option a value other than its default (``defaults``: the model's config
-    dataclass's) that neither its ``--rpe-kind`` nor its ``--urpe-toeplitz`` reads. ``longest_distance``: the inputs' longest
-    distance (``longest_name``, e.g. ``--tokens-per-sample - 1``), the default of ``--urpe-max-distance``,
-    which a model built before stores as if given."""
+def refuse_unread_options(cfg, options) -> None:
+    """Raise ``ValueError`` naming the first of ``options`` (config field names: the ones given) that neither
+    ``cfg``'s ``--rpe-kind`` nor its ``--urpe-toeplitz`` reads, and the kinds (or ``C``) that would."""
     name, kind, toeplitz = str(cfg.rpe_kind), position_kind(cfg), str(cfg.urpe_toeplitz)
     if toeplitz not in TOEPLITZ_READS:
         raise ValueError(f"--urpe-toeplitz must be one of {', '.join(TOEPLITZ_READS)}; got {toeplitz!r}")
     for option in position_options():
+        if option not in options or option in kind.reads or option in TOEPLITZ_READS[toeplitz]:
+            continue
         value = getattr(cfg, option, None)
-        if option in kind.reads or option in TOEPLITZ_READS[toeplitz] or not given(cfg, option, defaults):
-            continue
-        if option == "urpe_max_distance" and value == longest_distance:
-            continue
         kinds, values = readers(option)
         readers_text = ", and to ".join(
             ([f"--rpe-kind {' or '.join(kinds)}"] if kinds else []) + ([f"--urpe-toeplitz {' or '.join(values)}"] if values else []))
         subject = " with ".join(([f"--rpe-kind {name}"] if kinds else []) + ([f"--urpe-toeplitz {toeplitz}"] if values else []))
         raise ValueError(f"{flag(option)} applies to {readers_text}; {subject} has no "
                          f"{WHAT_IT_SETS.get(option, 'use for it')} (got {flag(option)} {value})")
+
+
+def check_position_options(cfg, defaults: Mapping[str, object], longest_distance: int, longest_name: str) -> None:
+    """At model build, before any module: raise ``ValueError`` naming the option and the kind (or ``C``)
+    where ``cfg`` gives a position option a value other than its default (``defaults``: the model's config
+    dataclass's) that neither its ``--rpe-kind`` nor its ``--urpe-toeplitz`` reads. An option given on the
+    command line at its default value is refused by the named archs (:func:`refuse_unread_options` on what
+    the command line gave); here, where only values are known, ``--urpe-max-distance`` is judged only with
+    ``unique`` C, since a model stores the value it derived (``longest_distance``, from ``longest_name``)."""
+    toeplitz = str(cfg.urpe_toeplitz)
+    refuse_unread_options(cfg, [o for o in position_options() if given(cfg, o, defaults)
+                                 and not (o == "urpe_max_distance" and toeplitz != "unique")])
+    check_attention_dropout(cfg)
     if toeplitz == "unique" and getattr(cfg, "urpe_max_distance", None) is None and longest_distance <= 0:
         raise ValueError(f"--urpe-toeplitz unique keeps a c per distance up to {longest_name} = {longest_distance}, "
                          f"which must be positive")
+
+
+def given_on_command_line(args) -> Tuple[str, ...]:
+    """The position options that ``args`` holds before an arch function fills in its defaults: those the
+    command line gave, at whatever value. fairseq parses model options without defaults into an
+    ``argparse.Namespace``; an arch function called on a stored config (a checkpoint's, when fairseq builds
+    its model) sees every option set, and nothing counts as given there."""
+    if not isinstance(args, argparse.Namespace):
+        return ()
+    return tuple(o for o in position_options() if getattr(args, o, None) is not None)
+
+
+def refuse_unread_given(args, given_options, defaults: Mapping[str, object] = OPTION_DEFAULTS) -> None:
+    """An arch function's check, after its presets: every option the command line gave (``given_options``)
+    must be read by the kind or its ``C``, whatever its value (see :func:`refuse_unread_options`);
+    ``--rpe-kind`` and ``--urpe-toeplitz`` not set yet are taken from ``defaults``."""
+    view = SimpleNamespace(**{o: getattr(args, o, None) for o in position_options()},
+                           rpe_kind=getattr(args, "rpe_kind", None) or defaults.get("rpe_kind", "t5"),
+                           urpe_toeplitz=getattr(args, "urpe_toeplitz", None) or defaults.get("urpe_toeplitz", "bucketed"))
+    refuse_unread_options(view, given_options)
+
+
+def command_line_check(defaults: Mapping[str, object]) -> Callable:
+    """The arch function of a model's own name (``--arch relative_transformer_lm``): no presets, only the
+    check of what the command line gave (fairseq's own does nothing)."""
+
+    def architecture(args):
+        refuse_unread_given(args, given_on_command_line(args), defaults)
+
+    return architecture
+
+
+def check_attention_dropout(cfg) -> None:
+    """``--attention-dropout`` must be a rate in [0, 1) (NaN and negative rates would turn dropout off silently)."""
+    rate = getattr(cfg, "attention_dropout", 0.0)
+    try:
+        ok = 0.0 <= float(rate) < 1.0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"--attention-dropout must be a rate in [0, 1), got {rate}")
 
 
 def resolve_position_options(cfg, defaults: Mapping[str, object], longest_distance: int, longest_name: str) -> None:
@@ -219,10 +269,47 @@ def built(component: str, make: Callable[[], Optional[nn.Module]]) -> Optional[n
         raise ValueError(f"{component}: {error}") from error
 
 
+INTEGER_OPTIONS = ("rpe_num_buckets", "rpe_max_distance", "urpe_max_distance")
+LARGEST_INTEGER = 2**31 - 1  # distances and table entries stay far from int64's end in every index computation
+TABLE_BYTES = 2**30  # the most one learned position table may take (float32 entries x heads)
+
+
+def check_table_sizes(cfg, num_heads: int, bidirectional: bool) -> None:
+    """Before any module is built: every integer position option within :data:`LARGEST_INTEGER`, and each
+    learned table (T5's buckets, a per-distance bias, URPE's ``c``) within :data:`TABLE_BYTES`; a
+    ``ValueError`` names the option that sizes it and the table's size."""
+    for option in INTEGER_OPTIONS:
+        value = getattr(cfg, option, None)
+        if value is not None and int(value) > LARGEST_INTEGER:
+            raise ValueError(f"{flag(option)} must be at most {LARGEST_INTEGER}, got {value}")
+    kind, toeplitz = position_kind(cfg), str(cfg.urpe_toeplitz)
+    sized = []  # (what, option, entries per head)
+    if kind.module is not None and "rpe_num_buckets" in kind.reads:
+        sized.append(("the bias's buckets", "rpe_num_buckets", cfg.rpe_num_buckets))
+    elif kind.module is not None and "rpe_max_distance" in kind.reads:
+        sized.append(("the per-distance bias", "rpe_max_distance", per_distance_entries(cfg.rpe_max_distance, bidirectional)))
+    if toeplitz == "bucketed":
+        sized.append(("C's buckets", "rpe_num_buckets", cfg.rpe_num_buckets))
+    elif toeplitz == "unique" and getattr(cfg, "urpe_max_distance", None) is not None:
+        sized.append(("the per-distance C", "urpe_max_distance", per_distance_entries(cfg.urpe_max_distance, bidirectional)))
+    for what, option, entries in sized:
+        size = 4 * num_heads * max(int(entries), 0)
+        if size > TABLE_BYTES:
+            raise ValueError(f"{flag(option)} {getattr(cfg, option)} makes {what} a table of {num_heads} heads x "
+                             f"{int(entries)} float32 entries ({size / 2**30:.1f} GiB), over the "
+                             f"{TABLE_BYTES // 2**30} GiB a position table may take: choose a smaller {flag(option)}")
+
+
+def per_distance_entries(max_distance, bidirectional: bool) -> int:
+    return 2 * int(max_distance) + 1 if bidirectional else int(max_distance) + 1
+
+
 def build_position_modules(cfg, num_heads: int, embed_dim: int, bidirectional: bool) -> PositionModules:
     """``--rpe-kind``'s module (in the slot it acts on) and URPE's ``c`` for attention of ``num_heads``
-    heads over ``embed_dim``; raises ``ValueError`` naming the option on impossible combinations."""
+    heads over ``embed_dim``; raises ``ValueError`` naming the option on impossible combinations, and on
+    tables too large (:func:`check_table_sizes`) before allocating anything."""
     name, kind = str(cfg.rpe_kind), position_kind(cfg)
+    check_table_sizes(cfg, num_heads, bidirectional)
     if cfg.dot_product_free and not kind.dot_product_free:
         raise ValueError(f"--rpe-kind {name} acts on q and k, which --dot-product-free removes; "
                          f"choose another --rpe-kind or drop --dot-product-free")

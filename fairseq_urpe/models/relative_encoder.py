@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch.nn.functional as F
 from torch import nn
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
-from fairseq.models import FairseqEncoderModel, register_model, register_model_architecture
+from fairseq.models import ARCH_CONFIG_REGISTRY, FairseqEncoderModel, register_model, register_model_architecture
 from fairseq.models.roberta.model import RobertaLMHead
 from fairseq.models.transformer import Embedding, TransformerEncoderBase
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
@@ -21,7 +21,8 @@ from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from fairseq.utils import get_available_activation_fns, safe_getattr
 
 from ..modules import LearnedDistanceBias, RelativeMultiheadAttention
-from .position_kinds import config_defaults, resolve_position_options
+from .position_kinds import (command_line_check, config_defaults, given_on_command_line, refuse_unread_given,
+                             resolve_position_options)
 from .relative_position_config import INIT_CHOICES, RelativePositionConfig, RelativeTransformerConfig
 from .shared_positions import SharedPositionsMixin, relative_self_attention, wrap_layer
 
@@ -175,17 +176,21 @@ def encoder_preset(options, sizes):
     layers, width, heads, ffn, extra = sizes
 
     def architecture(args):
+        given = given_on_command_line(args)
         for name, value in {
             "encoder_layers": layers, "encoder_embed_dim": width, "encoder_attention_heads": heads,
             "encoder_ffn_embed_dim": ffn, "dropout": 0.0, "attention_dropout": 0.0, "activation_dropout": 0.0,
             **extra, **options,
         }.items():
             setattr(args, name, safe_getattr(args, name, value))
+        refuse_unread_given(args, given)
 
     return architecture
 
 
 ENCODER_ARCHITECTURES = {}
+# fairseq registers the model's own name as an arch that does nothing; ours checks what the command line gave.
+ARCH_CONFIG_REGISTRY["relative_encoder"] = command_line_check(config_defaults(RelativeEncoderConfig))
 for _variant, _options in ENCODER_VARIANTS.items():
     for _size, _sizes in ENCODER_SIZES.items():
         _name = f"relative_encoder_{_variant}_{_size}"

@@ -21,6 +21,7 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from ..modules import PositionModules, RelativeMultiheadAttention
 from .checkpoint_upgrade import ORDER_MARK, mark_per_layer_order, per_layer_order, upgrade_per_layer_layout
 from .position_kinds import build_position_modules
+from .position_record import RECORD, check_finite_tables, check_same_function, decode, encode, function_settings
 
 
 def relative_self_attention(layer, cfg, embed_dim: int, num_heads: int, shared: Optional[PositionModules],
@@ -61,15 +62,20 @@ class SharedPositionsMixin:
 
     def init_shared_positions(self, cfg, num_heads: int, embed_dim: int, bidirectional: bool) -> None:
         refuse_fully_sharded_without_cuda()
-        # A plain object, so it may be set before nn.Module.__init__.
+        # Plain objects, so they may be set before nn.Module.__init__.
         self.shared_positions = (
             None if cfg.rpe_per_layer else build_position_modules(cfg, num_heads, embed_dim, bidirectional)
         )
+        if cfg.rpe_per_layer:
+            refuse_per_layer_without_tables(cfg, build_position_modules(cfg, num_heads, embed_dim, bidirectional))
+        self._position_settings = function_settings(cfg)
 
     def own_shared_positions(self) -> None:
-        """Register the shared modules here (``self.position_bias``, ...): their one place in the state dict."""
+        """Register the shared modules here (``self.position_bias``, ...): their one place in the state dict;
+        and the record of the position settings (:mod:`.position_record`)."""
         for slot, module in self.shared_positions.items() if self.shared_positions is not None else ():
             self.add_module(slot, module)
+        self.register_buffer(RECORD, encode(self._position_settings))
 
     def one_forward(self):
         """Context in which the layers' attentions share the tables of this forward."""
@@ -81,6 +87,10 @@ class SharedPositionsMixin:
         loading a checkpoint saved by one that did."""
         state_dict = super().upgrade_state_dict_named(state_dict, name) or state_dict
         prefix = f"{name}." if name else ""
+        check_finite_tables(state_dict, prefix)
+        if f"{prefix}{RECORD}" in state_dict:
+            check_same_function(decode(state_dict[f"{prefix}{RECORD}"]), self._position_settings)
+        state_dict[f"{prefix}{RECORD}"] = getattr(self, RECORD).clone()  # this model's, for the strict load
         if self.shared_positions is not None:
             moved = upgrade_per_layer_layout(state_dict, prefix, [s for s, _ in self.shared_positions.items()])
             if moved or f"{prefix}{ORDER_MARK}" in state_dict:
@@ -97,6 +107,13 @@ class SharedPositionsMixin:
         first = self.layers[0]
         attention = getattr(first, "self_attn", None)
         yield from per_layer_order(list(modules), [m for _, m in self.shared_positions.items()], attention, prefix)
+
+
+def refuse_per_layer_without_tables(cfg, modules: PositionModules) -> None:
+    """``--rpe-per-layer`` learns each layer's tables apart: refused where there is nothing learned to share."""
+    if not any(p.requires_grad for _, module in modules.items() for p in module.parameters()):
+        raise ValueError(f"--rpe-per-layer learns b and c in every layer apart, but --rpe-kind {cfg.rpe_kind} with "
+                         f"--urpe-toeplitz {cfg.urpe_toeplitz} learns no position table: drop --rpe-per-layer")
 
 
 def refuse_fully_sharded_without_cuda() -> None:

@@ -148,7 +148,10 @@ class ClippedIndex:
             if longest > self.max_distance:
                 raise ValueError(
                     f"the per-distance table covers distances up to {self.name}={self.max_distance} but the "
-                    f"input needs {longest}; raise {self.name} or use {self.beyond_name} clamp"
+                    f"input needs {longest}: inputs of at most {self.max_distance + 1} tokens stay within it "
+                    f"(--tokens-per-sample, --context-window), or {self.beyond_name} clamp reuses its last entry "
+                    f"for farther distances (for a trained model: --model-overrides "
+                    f"\"{{'urpe_beyond_max': 'clamp'}}\"); a larger {self.name} means training anew"
                 )
         return clipped_distance_index(distance, self.max_distance, self.bidirectional)
 

@@ -167,8 +167,10 @@ def test_checkpoints_written_before_the_family_load_and_give_identical_outputs(n
     shared = re.compile(r"decoder\.layers\.\d+\.self_attn\.((position_bias|toeplitz)\..+)")
     upgraded = {("decoder." + shared.fullmatch(k).group(1)) if shared.fullmatch(k) and name != "urpe_unique" else k: v
                 for k, v in stored.items()}
-    # ... and marks the model as listing its parameters in that layout's order (checkpoint_upgrade.py)
-    assert set(loaded) == set(upgraded) | ({"decoder.per_layer_parameter_order"} if name != "urpe_unique" else set())
+    # ... marks the model as listing its parameters in that layout's order (checkpoint_upgrade.py), and
+    # records its position settings (position_record.py)
+    assert set(loaded) == set(upgraded) | {"decoder.position_settings"} | (
+        {"decoder.per_layer_parameter_order"} if name != "urpe_unique" else set())
     assert all(torch.equal(loaded[key], upgraded[key]) for key in upgraded)
     with torch.no_grad():
         got = model.get_normalized_probs(model(saved["input"]), log_probs=True)

@@ -13,6 +13,7 @@ from fairseq_urpe.models.position_kinds import (
     build_position_modules,
     config_defaults,
     position_options,
+    refuse_unread_given,
     resolve_position_options,
 )
 from fairseq_urpe.models.relative_transformer_lm import RelativeTransformerLanguageModelConfig
@@ -30,9 +31,12 @@ VALUES = {
 DEFAULTS = config_defaults(RelativeTransformerLanguageModelConfig)
 
 
-def build(kind: str, toeplitz: str, **given):
-    """What the language model's ``build_model`` does with the position options, then its modules."""
+def build(kind: str, toeplitz: str, on_command_line: bool = True, **given):
+    """What the named archs do with the position options the command line gave (``on_command_line``), then
+    the language model's ``build_model``, then its modules."""
     cfg = SimpleNamespace(**{**DEFAULTS, "rpe_kind": kind, "urpe_toeplitz": toeplitz, **given})
+    if on_command_line:
+        refuse_unread_given(cfg, tuple(given))
     resolve_position_options(cfg, DEFAULTS, LONGEST, "--tokens-per-sample - 1")
     return build_position_modules(cfg, num_heads=4, embed_dim=32, bidirectional=False)
 
@@ -66,10 +70,22 @@ def test_every_option_given_to_every_kind_and_c(kind, toeplitz, option):
         assert message.endswith(f"(got {flag(option)} {value})"), message
 
 
-def test_an_option_at_its_default_is_accepted_by_every_kind():
+def test_an_option_left_at_its_default_is_accepted_by_every_kind():
     for kind in POSITION_KINDS:
         for toeplitz in TOEPLITZ_READS:
-            build(kind, toeplitz, **{option: DEFAULTS[option] for option in VALUES})
+            build(kind, toeplitz, on_command_line=False, **{option: DEFAULTS[option] for option in VALUES})
+
+
+@pytest.mark.parametrize("arch,flags,message", [
+    ("transformer_lm_alibi_tiny", ["--rpe-num-buckets", "32"], "(got --rpe-num-buckets 32)"),
+    ("transformer_lm_rpe_tiny", ["--urpe-beyond-max", "clamp"], "--urpe-beyond-max applies to --urpe-toeplitz unique"),
+    ("transformer_lm_log_tiny", ["--rpe-init", "alibi"], "--rpe-kind log has no learned bias to start"),
+    ("relative_transformer_lm", ["--rpe-kind", "alibi", "--urpe-toeplitz", "none", "--rpe-max-distance", "128"],
+     "--rpe-kind alibi with"),
+])
+def test_an_option_given_at_its_default_value_to_a_kind_that_ignores_it_is_refused(build_lm, arch, flags, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build_lm(arch, *flags)
 
 
 @pytest.mark.parametrize(

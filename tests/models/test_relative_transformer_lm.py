@@ -97,17 +97,22 @@ def test_shared_parameters_survive_a_state_dict_round_trip(build_lm):
     assert torch.equal(model(tokens)[0], fresh(tokens)[0])
 
 
-def test_a_dot_product_checkpoint_loaded_dot_product_free_is_refused_naming_the_query_and_key_weights(build_lm):
-    """``--model-overrides "{'dot_product_free': True}"`` on a ``Q K^T`` checkpoint: fairseq's strict load
-    reports the checkpoint's q/k projections as unexpected instead of dropping them silently."""
+def test_a_dot_product_checkpoint_loaded_dot_product_free_is_refused_naming_the_setting(build_lm):
+    """``--model-overrides "{'dot_product_free': True}"`` on a ``Q K^T`` checkpoint: refused by the position
+    record naming the setting and both values; a state dict without the record (an older checkpoint) is
+    refused by fairseq's strict load, which reports the q/k projections instead of dropping them silently."""
     trained, _ = build_lm("transformer_lm_urpe_tiny")
     dot_product_free, _ = build_lm("transformer_lm_urpe_tiny", "--dot-product-free")
     assert not any("q_proj" in name or "k_proj" in name for name in dot_product_free.state_dict())
-    with pytest.raises(RuntimeError, match=r"Unexpected key\(s\) in state_dict: .*decoder\.layers\.0\.self_attn\.k_proj\.weight"):
+    with pytest.raises(ValueError, match="--dot-product-free: the checkpoint's False, this model's True"):
         dot_product_free.load_state_dict(trained.state_dict(), strict=True)
+    unrecorded = {k: v for k, v in trained.state_dict().items() if not k.endswith("position_settings")}
+    with pytest.raises(RuntimeError, match=r"Unexpected key\(s\) in state_dict: .*decoder\.layers\.0\.self_attn\.k_proj\.weight"):
+        dot_product_free.load_state_dict(unrecorded, strict=True)
     # and back: a dot-product-free checkpoint lacks the projections a Q K^T model needs
+    unrecorded = {k: v for k, v in dot_product_free.state_dict().items() if not k.endswith("position_settings")}
     with pytest.raises(RuntimeError, match=r"Missing key\(s\) in state_dict: .*self_attn\.k_proj\.weight"):
-        trained.load_state_dict(dot_product_free.state_dict(), strict=True)
+        trained.load_state_dict(unrecorded, strict=True)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

@@ -41,7 +41,7 @@ def test_unique_has_one_entry_per_distance_and_clamps_beyond(bidirectional):
 def test_unique_error_mode_refuses_lengths_beyond_the_table():
     c = ToeplitzReweighting(2, "unique", max_distance=6, beyond_max="error")
     c(torch.arange(7), torch.arange(7))  # distance 6 is in the table
-    with pytest.raises(ValueError, match="max_distance=6 but the input needs 7; raise max_distance or use beyond_max clamp"):
+    with pytest.raises(ValueError, match="max_distance=6 but the input needs 7: inputs of at most 7 tokens stay within it .*beyond_max clamp reuses its last entry"):
         c(torch.arange(8), torch.arange(8))
 
 
