@@ -11,8 +11,8 @@ large as the scores when the batch is 1; backward recomputes them instead:
     A = softmax(S)    W = A ⊙ C    out = W V
     dV = W^T dOut    dW = dOut V^T    dA = dW ⊙ C    dC = sum_batch dW ⊙ A    dS = A ⊙ (dA - rowsum(dA ⊙ A))
 
-Backward makes two (B, H, T, S) temporaries: the recomputed W (freed at once) and dW, which it turns
-into dS in place.
+Both go over blocks of query rows, so C, the recomputed W and dW exist a block at a time: beside the
+saved softmax(S), backward's only (B, H, T, S) tensor is dS, the gradient it returns.
 """
 
 import torch
@@ -54,32 +54,49 @@ def expand_by_distance(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor
     return _expand(table, index)  # no backward to prepare: skip the autograd function's overhead (decoding)
 
 
+BLOCK_ELEMENTS = 2**22  # rows of (B, H, rows, S) per step of SoftmaxReweightValues: 16 MiB in float32
+
+
+def row_blocks(scores: torch.Tensor):
+    """Row slices of ``scores`` (B, H, T, S) of at most :data:`BLOCK_ELEMENTS` elements (at least one row)."""
+    batch, heads, rows, keys = scores.shape
+    step = max(1, BLOCK_ELEMENTS // max(1, batch * heads * keys))
+    return [slice(start, min(rows, start + step)) for start in range(0, rows, step)]
+
+
 class SoftmaxReweightValues(torch.autograd.Function):
-    """``out = (softmax(scores) ⊙ table[:, index]).to(v.dtype) @ v``; use :func:`softmax_reweight_values`."""
+    """``out = (softmax(scores) ⊙ table[:, index]).to(v.dtype) @ v``; use :func:`softmax_reweight_values`.
+
+    Forward and backward go over blocks of query rows (:func:`row_blocks`), so ``C``, ``W = A ⊙ C`` and ``dW``
+    exist one block at a time: beside the saved ``A`` only ``dS``, the gradient it returns, is ``T x S``."""
 
     @staticmethod
     def forward(ctx, scores, c_table, index, v):
         probs = torch.softmax(scores, dim=-1)  # (B, H, T, S), dtype of scores
-        out = torch.matmul((probs * _expand(c_table, index)).to(v.dtype), v)  # (B, H, T, d)
+        out = v.new_empty(*probs.shape[:-1], v.size(-1))  # (B, H, T, d)
+        for rows in row_blocks(probs):
+            torch.matmul((probs[:, :, rows] * _expand(c_table, index[rows])).to(v.dtype), v, out=out[:, :, rows])
         ctx.save_for_backward(probs, c_table, index, v)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         probs, c_table, index, v = ctx.saved_tensors
-        c = _expand(c_table, index)  # (H, T, S)
-        grad_scores = grad_c_table = grad_v = None
-        if ctx.needs_input_grad[3]:
-            grad_v = torch.matmul((probs * c).to(v.dtype).transpose(-1, -2), grad_out)  # (B, H, S, d)
-        grad_weights = torch.matmul(grad_out, v.transpose(-1, -2)).to(probs.dtype)  # dW: (B, H, T, S)
-        # X = dW ⊙ A serves both: dC = sum_batch X, and dS = A ⊙ (dW ⊙ C - D) = X ⊙ C - A D with
-        # D = rowsum(X ⊙ C). In place on X, a temporary of this backward.
-        x = grad_weights.mul_(probs)
-        if ctx.needs_input_grad[1]:
-            grad_c_table = _fold(x.sum(0), index, c_table.shape)
-        if ctx.needs_input_grad[0]:
-            x.mul_(c)
-            grad_scores = x.addcmul_(probs, x.sum(-1, keepdim=True), value=-1)
+        grad_scores = probs.new_empty(probs.shape) if ctx.needs_input_grad[0] else None
+        grad_c_table = c_table.new_zeros(c_table.shape) if ctx.needs_input_grad[1] else None
+        grad_v = torch.zeros_like(v) if ctx.needs_input_grad[3] else None
+        for rows in row_blocks(probs):
+            a, c, g = probs[:, :, rows], _expand(c_table, index[rows]), grad_out[:, :, rows]  # c: (H, rows, S)
+            if grad_v is not None:
+                grad_v += torch.matmul((a * c).to(v.dtype).transpose(-1, -2), g)  # (B, H, S, d)
+            # X = dW ⊙ A serves both: dC = sum_batch X, and dS = A ⊙ (dW ⊙ C - D) = X ⊙ C - A D with
+            # D = rowsum(X ⊙ C). In place on X, a temporary of this block.
+            x = torch.matmul(g, v.transpose(-1, -2)).to(probs.dtype).mul_(a)  # (B, H, rows, S)
+            if grad_c_table is not None:
+                grad_c_table += _fold(x.sum(0), index[rows], c_table.shape)
+            if grad_scores is not None:
+                x.mul_(c)
+                grad_scores[:, :, rows] = x.addcmul_(a, x.sum(-1, keepdim=True), value=-1)
         return grad_scores, grad_c_table, None, grad_v
 
 

@@ -22,14 +22,16 @@ def test_expand_by_distance_equals_advanced_indexing_forward_and_backward():
                                rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("block_elements", [2**22, 7 * 3 * 2, 1])  # one block; two rows; one row per block
 @pytest.mark.parametrize("batch", [3, 1])
-def test_softmax_reweight_values_matches_plain_autograd_forward_and_backward(batch):
+def test_softmax_reweight_values_matches_plain_autograd_forward_and_backward(batch, block_elements, monkeypatch):
+    monkeypatch.setattr("fairseq_urpe.modules.reweighted_softmax.BLOCK_ELEMENTS", block_elements)
     torch.manual_seed(batch)
     scores = torch.randn(batch, 2, 5, 7, dtype=torch.float64)
     scores[..., -2:] = float("-inf")  # masked keys, as the causal mask leaves them
     scores.requires_grad_()
     table = torch.empty(2, 13, dtype=torch.float64).uniform_(-1, 2).requires_grad_()
-    index = distance_index(5, 7)
+    index = distance_index(5, 7).to(torch.int32)  # as PositionTables makes it
     v = torch.randn(batch, 2, 7, 3, dtype=torch.float64, requires_grad=True)
     got = softmax_reweight_values(scores, table, index, v)
     want = torch.matmul(torch.softmax(scores, dim=-1) * table[:, index], v)
