@@ -52,7 +52,7 @@ def python(*args, env=None):
 def test_read_checkpoint_refuses_the_payload_naming_the_opt_in_and_runs_it_only_when_trusted(payload, monkeypatch):
     path, marker = payload
     monkeypatch.delenv(TRUST_VARIABLE, raising=False)
-    with pytest.raises(UntrustedCheckpoint, match=f"it asks for builtins.exec.*set {TRUST_VARIABLE}=1"):
+    with pytest.raises(UntrustedCheckpoint, match=f"it asks for exec.*set {TRUST_VARIABLE}=1"):
         read_checkpoint(path)
     assert not marker.exists()
     read_checkpoint(path, trust_code=True)
