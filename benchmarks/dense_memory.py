@@ -37,20 +37,21 @@ def main(argv=None):
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 2048, 8192])
     parser.add_argument("--archs", nargs="+", default=list(ARCHS))
     args = parser.parse_args(argv)
-    info, archs = start(args)
+    info, _ = start(args)
+    archs = args.archs
     lengths = [64] if args.smoke else args.lengths
-    rows = []
+    results = {}  # length -> arch -> peak and ratios
     print("| length | arch | peak MiB | vs stock | vs RPE |\n|---:|---|---:|---:|---:|", flush=True)
     for length in lengths:
         peaks = {arch: peak(arch, length) for arch in archs}
+        results[str(length)] = {}
         for arch in archs:
-            row = {"length": length, "arch": arch, "peak_bytes": peaks[arch],
-                   "vs_stock": peaks[arch] / peaks.get("transformer_lm", peaks[arch]),
+            row = {"peak_bytes": peaks[arch], "vs_stock": peaks[arch] / peaks.get("transformer_lm", peaks[arch]),
                    "vs_rpe": peaks[arch] / peaks.get("transformer_lm_rpe", peaks[arch])}
-            rows.append(row)
+            results[str(length)][arch] = row
             print(f"| {length} | {arch} | {peaks[arch] / 2**20:.1f} | {row['vs_stock']:.2f} | {row['vs_rpe']:.2f} |",
                   flush=True)
-    save_results(args, __file__, argv if argv is not None else sys.argv[1:], info, rows=rows)
+    save_results(args, __file__, argv if argv is not None else sys.argv[1:], info, results=results)
 
 
 if __name__ == "__main__":

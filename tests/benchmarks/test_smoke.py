@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from benchmarks import attention_micro, decode, train_throughput
+from benchmarks import attention_micro, decode, dense_memory, train_throughput
 from benchmarks.common import base_size_archs
 
 
@@ -20,7 +20,7 @@ def test_base_size_archs_are_found_at_run_time():
     assert not any(a.endswith(("_tiny", "_wiki103", "_gpt2_small")) for a in archs)
 
 
-@pytest.mark.parametrize("benchmark", [train_throughput, attention_micro, decode], ids=lambda m: m.__name__.split(".")[-1])
+@pytest.mark.parametrize("benchmark", [train_throughput, attention_micro, decode, dense_memory], ids=lambda m: m.__name__.split(".")[-1])
 def test_benchmark_smoke_mode_runs_and_writes_json_with_the_machine(benchmark, tmp_path):
     path = tmp_path / "result.json"
     benchmark.main(["--smoke", "--json", str(path), "--archs", *ARCHS])
