@@ -9,6 +9,7 @@ from .alibi_bias import alibi_line
 from .distance_index import BucketIndex, ClippedIndex
 from .precision import at_least_float32
 from .position_tables import RelativePositionFunction
+from .score_function import table_of
 
 
 class LearnedTable(RelativePositionFunction):
@@ -47,8 +48,12 @@ class LearnedTable(RelativePositionFunction):
     def max_distance(self) -> int:
         return self.index.max_distance
 
+    def score(self, head: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
+        """``w_h[index(k)]`` element-wise at ``head``, ``distance`` (broadcastable, long)."""
+        return at_least_float32(self.weight)[head, self.index(distance)]
+
     def by_distance(self, distance: torch.Tensor) -> torch.Tensor:
-        return at_least_float32(self.weight)[:, self.index(distance)]  # (H, ...)
+        return table_of(self.score, self.num_heads, distance)  # (H, ...)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, {self.index!r}"
