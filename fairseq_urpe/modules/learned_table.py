@@ -9,7 +9,6 @@ from .alibi_bias import alibi_line
 from .distance_index import BucketIndex, ClippedIndex
 from .precision import at_least_float32
 from .position_tables import RelativePositionFunction
-from .score_function import table_of
 
 
 class LearnedTable(RelativePositionFunction):
@@ -53,7 +52,8 @@ class LearnedTable(RelativePositionFunction):
         return at_least_float32(self.weight)[head, self.index(distance)]
 
     def by_distance(self, distance: torch.Tensor) -> torch.Tensor:
-        return table_of(self.score, self.num_heads, distance)  # (H, ...)
+        # score at every head, by slicing: indexing with a head index too would keep that index for backward
+        return at_least_float32(self.weight)[:, self.index(distance)]  # (H, ...)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, {self.index!r}"
