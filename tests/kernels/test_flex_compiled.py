@@ -1,0 +1,47 @@
+"""The compiled ``flex`` path's forward equals the dense path's, for every registered kind (CPU, float32).
+
+Compiled flex runs forward-only on CPU, and without the log-sum-exp, so URPE's C is refused there (its
+forms are held to dense URPE in test_flex_attention.py). Each compiled shape costs CPU-seconds: one
+length, one batch, and the kinds share compiles where their tables have one shape.
+"""
+
+import logging
+
+import pytest
+import torch
+
+from fairseq_urpe.kernels import dispatch
+from fairseq_urpe.modules import RelativeMultiheadAttention
+from tests.attention_builders import EMBED, HEADS, make_family_attention, make_rotary_attention, one_case_per_kind
+from tests.reference import causal_mask
+
+LENGTH, BATCH = 20, 2
+
+
+def attentions():
+    """Every kind acting on the scores, RoPE, and no position term: ``{name: attention (float32, eval)}``."""
+    built = {str(case): make_family_attention(case, "rpe", True) for case in one_case_per_kind()}
+    built["rope"] = make_rotary_attention(False)
+    torch.manual_seed(0)
+    built["nope"] = RelativeMultiheadAttention(EMBED, HEADS).double()
+    return {name: attn.float().eval() for name, attn in built.items()}
+
+
+@pytest.mark.slow
+def test_compiled_flex_forward_equals_the_dense_path_for_every_kind(caplog):
+    torch._dynamo.reset()
+    dispatch._FLEX.clear()
+    torch.manual_seed(1)
+    x = torch.randn(LENGTH, BATCH, EMBED)
+    mask = causal_mask(LENGTH, torch.float32)
+    for name, attn in attentions().items():
+        with torch.no_grad():
+            attn.attention_impl = "dense"
+            want, _ = attn(x, attn_mask=mask, need_weights=False)
+            attn.attention_impl = "flex"
+            with caplog.at_level(logging.INFO, logger=dispatch.logger.name):
+                got, _ = attn(x, attn_mask=mask, need_weights=False)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}: {m}")
+    assert "attention path: flex (--urpe-attention-impl flex; bias tables)" in caplog.text
+    assert "attention path: flex (--urpe-attention-impl flex; none tables)" in caplog.text
+    assert "attention path: dense" not in caplog.text
