@@ -193,9 +193,7 @@ def _dense(why: str) -> None:
 
 def measured_path(x: torch.Tensor, tables, dropout_p: float):
     """``(path, key)`` where the dispatch table (:mod:`.dispatch_table`) holds this call's configuration, else
-    ``None`` (no table, a configuration it does not hold, or not CUDA: the table holds GPU measurements)."""
-    if x.device.type != "cuda":
-        return None
+    ``None`` (no table, or a configuration it does not hold)."""
     key = dispatch_table.table_key(x, dispatch_table.table_kind(*tables, x.size(2)), dropout_p > 0)
     path = dispatch_table.path_for(key)
     return None if path is None else (path, key)
