@@ -165,3 +165,25 @@ def test_lengths_in_one_bucket_share_a_compiled_shape():
     # URPE: the band form's three calls where c turns constant within the length, the shifted form's two otherwise
     assert len(engine.call_shapes(torch.zeros(1, HEADS, 100, 4), None, torch.ones(HEADS, 9))) == 3
     assert len(engine.call_shapes(torch.zeros(1, HEADS, 100, 4), None, torch.ones(HEADS, 100))) == 2
+
+
+# ---- the option ----
+
+from tests.models.conftest import build_lm, dict_dir  # noqa: E402,F401  (fixtures)
+
+
+def test_the_option_builds_flex_layers_and_refuses_attention_dropout_naming_both_flags(build_lm):  # noqa: F811
+    model, cfg = build_lm("transformer_lm_urpe_tiny", "--urpe-attention-impl", "flex", "--attention-dropout", "0")
+    assert cfg.model.urpe_attention_impl == "flex"
+    assert {layer.self_attn.attention_impl for layer in model.decoder.layers} == {"flex"}
+    with pytest.raises(ValueError, match="--urpe-attention-impl flex: flex_attention has no attention dropout, and "
+                                         "--attention-dropout is 0.1"):
+        build_lm("transformer_lm_urpe_tiny", "--urpe-attention-impl", "flex", "--attention-dropout", "0.1")
+
+
+def test_training_a_flex_model_on_cpu_is_refused_naming_the_reason(build_lm):  # noqa: F811
+    model, _ = build_lm("transformer_lm_urpe_tiny", "--urpe-attention-impl", "flex", "--attention-dropout", "0")
+    model.train()
+    with pytest.raises(RuntimeError, match="--urpe-attention-impl flex: training on CPU: flex_attention has no "
+                                           "backward on CPU"):
+        model(torch.randint(4, 40, (2, 10)))
