@@ -33,7 +33,7 @@ else
   export TRITON_INTERPRET=1  # before triton is imported: the kernels run on CPU, slowly
 fi
 OUT=${OUT:-benchmarks/results/$([ "$GPU" = 1 ] && echo gpu_check || echo gpu_check_cpu)}
-echo "== gpu_check: PYTHON=$PYTHON OUT=$OUT BUDGET_S=$BUDGET_S GPU=$GPU SECTIONS=$SECTIONS DISPATCH_TABLE=${DISPATCH_TABLE:-(auto's)}" >&2
+echo "== gpu_check: PYTHON=$PYTHON OUT=$OUT BUDGET_S=$BUDGET_S GPU=$GPU SECTIONS=$SECTIONS DISPATCH_TABLE=${DISPATCH_TABLE:-where auto reads it}" >&2
 mkdir -p "$(dirname "$OUT")"
 rm -f "$OUT.json"
 start0=$(date +%s)
