@@ -187,3 +187,20 @@ def test_training_a_flex_model_on_cpu_is_refused_naming_the_reason(build_lm):  #
     with pytest.raises(RuntimeError, match="--urpe-attention-impl flex: training on CPU: flex_attention has no "
                                            "backward on CPU"):
         model(torch.randint(4, 40, (2, 10)))
+
+
+@pytest.mark.filterwarnings(UNFUSED)
+def test_block_masks_are_made_once_per_mask_and_padded_length(monkeypatch):
+    from fairseq_urpe.kernels import flex_attention
+
+    made = []
+    real = flex_attention.create_block_mask
+    monkeypatch.setattr(flex_attention, "create_block_mask", lambda *a, **k: made.append(a[3]) or real(*a, **k))
+    engine = FlexEngine(compiled=False, bucket=16)
+    q = torch.zeros(1, HEADS, 40, 4)
+    for length in (20, 30, 20, 32):  # all pad to 32
+        out, lse = engine.attend(q[:, :, :length], q[:, :, :length], q[:, :, :length], None, ("band", 5))
+        assert out.shape == (1, HEADS, length, 4) and lse.shape == (1, HEADS, length)
+    engine.attend(q[:, :, :33], q[:, :, :33], q[:, :, :33], None, ("band", 5))  # pads to 48
+    engine.attend(q[:, :, :20], q[:, :, :20], q[:, :, :20], None, ("causal",))
+    assert made == [32, 48, 32]
