@@ -2,8 +2,8 @@
 
 For each configuration (``POINTS`` x kinds x dropout, most used first, until the section's budget):
 
-1. every candidate path (``fused``, ``flex``, ``dense``; flex only without dropout) is checked against the
-   float64 reference at a small shape (``CHECK_LENGTH``, the point's dtype and head dim): the output and
+1. every candidate path (``fused``, ``flex``, ``dense``; flex only without dropout), and SDPA flash, is
+   checked against the float64 reference at a small shape (``CHECK_LENGTH``, the point's dtype and head dim): the output and
    every gradient, ``max |path - ref| / max |ref|`` within ``self_check.TOLERANCE[dtype]``; with dropout,
    the path's dropout-free check stands for it (a random mask has no float64 twin);
 2. the paths that passed are timed, forward+backward (``triton.testing.do_bench``), with their peak memory
@@ -219,6 +219,13 @@ def paths(record: Record, args) -> None:
         torch.cuda.empty_cache()
         return measured
 
+    def flash(q, k, v, b, c, p):
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return sdpa(q, k, v, is_causal=True, scale=1.0)
+
+    for length, d, dtype, _, _ in POINTS:  # the stock attention, the ratios' denominator, checked as the paths are
+        run_case(record, f"check sdpa_flash: none, {str(dtype)[6:]}, head dim {d}",
+                 lambda d=d, dtype=dtype: check_path(flash, "none", dtype, d, "cuda"))
     results = choose_paths(cases(record, configurations()), check, time_path, device_name(torch.device("cuda")))
     print(ratio_table(results), flush=True)
     destination = os.environ.get("DISPATCH_TABLE") or table_path()
