@@ -68,7 +68,9 @@ def decide(impl="auto", tables=(None, None), dropout=0.0):
     return dispatch.attention_backend(impl, q, causal_mask(6, torch.float32), False, False, dropout, True, tables)
 
 
-def test_auto_runs_the_path_the_table_names_and_keeps_its_order_without_an_entry(table_file, caplog):
+def test_auto_runs_the_path_the_table_names_and_keeps_its_order_without_an_entry(table_file, caplog,
+                                                                                  monkeypatch):
+    monkeypatch.setattr(dispatch, "_LOGGED", set())  # each line is logged once a process
     assert decide() is None  # no table: today's order (dense on CPU)
     cpu = dict(device="cpu", dtype="float32", head_dim=4, dropout=False, passed=["dense", "flex"])
     results = [dict(cpu, kind="none", ms={"dense": 2.0, "flex": 1.0}),
@@ -82,7 +84,8 @@ def test_auto_runs_the_path_the_table_names_and_keeps_its_order_without_an_entry
     assert "attention path: dense (the dispatch table measured dense fastest for cpu, float32, head dim 4, bias" in caplog.text
 
 
-def test_auto_falls_back_to_its_order_where_the_named_path_cannot_run_the_call(table_file, caplog):
+def test_auto_falls_back_to_its_order_where_the_named_path_cannot_run_the_call(table_file, caplog, monkeypatch):
+    monkeypatch.setattr(dispatch, "_LOGGED", set())  # each line is logged once a process
     write_table(str(table_file), [dict(device="cpu", dtype="float32", head_dim=4, dropout=False, kind="none",
                                        passed=["flex"], ms={"flex": 1.0})], "test")
     with caplog.at_level(logging.INFO, logger=dispatch.logger.name):

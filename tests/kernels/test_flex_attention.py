@@ -131,7 +131,8 @@ def test_flex_refuses_training_on_cpu_and_urpe_on_cpu():
         decide("flex", tables=(None, torch.ones(HEADS, 6)))
 
 
-def test_flex_leaves_padding_masks_and_dot_product_free_to_dense_and_logs_it(caplog):
+def test_flex_leaves_padding_masks_and_dot_product_free_to_dense_and_logs_it(caplog, monkeypatch):
+    monkeypatch.setattr(dispatch, "_LOGGED", set())  # each line is logged once a process
     with caplog.at_level(logging.INFO, logger=dispatch.logger.name):
         assert decide("flex", padding=True) is None
         assert decide("flex", dot_product=False) is None
@@ -142,7 +143,8 @@ def test_flex_leaves_padding_masks_and_dot_product_free_to_dense_and_logs_it(cap
     assert "attention path: dense (a mask other than fairseq's causal future mask)" in logged
 
 
-def test_a_shape_past_the_recompile_limit_runs_dense_and_is_logged(caplog):
+def test_a_shape_past_the_recompile_limit_runs_dense_and_is_logged(caplog, monkeypatch):
+    monkeypatch.setattr(dispatch, "_LOGGED", set())  # each line is logged once a process
     backend = dispatch.FlexBackend()
     backend.engine = FlexEngine(compiled=True, shape_limit=2)
     q = torch.zeros(1, HEADS, 6, 4)
