@@ -74,16 +74,23 @@ def fastest(ms: Mapping[str, float], passed: Iterable[str]) -> Optional[str]:
 
 def write_table(path: str, results: Iterable[Mapping], written_by: str) -> Dict:
     """Write the table of ``results`` (each: the :class:`TableKey` fields, ``ms`` {path: ms} and ``passed``
-    [paths]) to ``path``; configurations where no path passed are left out (``auto`` keeps its order there).
-    Returns what it wrote."""
-    entries = []
+    [paths]) to ``path``. A configuration where no path passed gets no entry (``auto`` keeps its order
+    there); the entries of a table already at ``path`` for configurations not in ``results`` are kept, so
+    a run cut short by its time budget replaces only what it measured. Returns what it wrote."""
+    entries, measured = [], set()
     for result in results:
+        key = TableKey(*(result[field] for field in TableKey._fields))
+        measured.add(key)
         best = fastest(result["ms"], result["passed"])
         if best is None:
             continue
-        key = TableKey(*(result[field] for field in TableKey._fields))
         entries.append({**key._asdict(), "path": best, "passed": sorted(result["passed"]),
                         "ms": {p: result["ms"][p] for p in sorted(result["ms"]) if result["ms"][p] is not None}})
+    if os.path.exists(path):
+        read_table(path)  # a file that is not a table raises, naming it, rather than being overwritten
+        with open(path) as f:
+            kept = [e for e in json.load(f)["entries"] if entry_key(e) not in measured]
+        entries = kept + entries
     table = {"format": FORMAT, "written_by": written_by, "torch": torch.__version__, "entries": entries}
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path + ".tmp", "w") as f:
@@ -92,14 +99,20 @@ def write_table(path: str, results: Iterable[Mapping], written_by: str) -> Dict:
     return table
 
 
-_READ: Dict[str, tuple] = {}  # path -> (modification time, {TableKey: path})
+def entry_key(entry: Mapping) -> TableKey:
+    return TableKey(str(entry["device"]), str(entry["dtype"]), int(entry["head_dim"]), str(entry["kind"]),
+                    bool(entry["dropout"]))
+
+
+_READ: Dict[str, tuple] = {}  # path -> (file stamp, {TableKey: path})
 
 
 def read_table(path: str) -> Dict[TableKey, str]:
     """``{configuration: path}`` of the table at ``path`` (``{}`` where there is none), read again when the
     file changes. A file that is not a table raises ``ValueError`` naming it."""
     try:
-        stamp = os.stat(path).st_mtime_ns
+        info = os.stat(path)
+        stamp = (info.st_mtime_ns, info.st_ino, info.st_size)  # a rewrite (os.replace) is a new file
     except FileNotFoundError:
         return {}
     if path in _READ and _READ[path][0] == stamp:
@@ -113,8 +126,7 @@ def read_table(path: str) -> Dict[TableKey, str]:
         for entry in table["entries"]:
             if entry["path"] not in PATHS or entry["kind"] not in KINDS:
                 raise ValueError(f"an entry with path {entry['path']!r} and kind {entry['kind']!r}")
-            choices[TableKey(str(entry["device"]), str(entry["dtype"]), int(entry["head_dim"]), str(entry["kind"]),
-                             bool(entry["dropout"]))] = entry["path"]
+            choices[entry_key(entry)] = entry["path"]
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise ValueError(f"the attention dispatch table {path} is not one gpu_check.sh writes ({error}); remove it "
                          f"or set {ENVIRONMENT} to another file") from error

@@ -63,6 +63,21 @@ def test_a_configuration_where_nothing_passed_is_left_out(table_file):
     assert read_table(str(table_file)) == {}
 
 
+def test_a_later_run_replaces_the_configurations_it_measured_and_keeps_the_rest(table_file):
+    write_table(str(table_file), choose_paths(configurations(), stub_check, stub_time, "GPU"), "first")
+    first = read_table(str(table_file))
+    faster_dense = lambda path, config: {"ms": 0.5 if path == "dense" else 1.0}  # noqa: E731
+    write_table(str(table_file), choose_paths(configurations()[:2], stub_check, faster_dense, "GPU"), "second")
+    second = read_table(str(table_file))
+    assert set(second) == set(first)
+    changed = {key for key in first if first[key] != second[key]}
+    assert changed == {TableKey("GPU", "bfloat16", 64, kind, False) for kind in ("urpe_tail", "bias")}
+    assert all(second[key] == "dense" for key in changed)
+    # a configuration measured again where nothing passes loses its entry
+    write_table(str(table_file), choose_paths(configurations()[:1], lambda p, c: {"ok": False}, stub_time, "GPU"), "t")
+    assert TableKey("GPU", "bfloat16", 64, "urpe_tail", False) not in read_table(str(table_file))
+
+
 def decide(impl="auto", tables=(None, None), dropout=0.0):
     q = torch.zeros(2, 3, 6, 4)
     return dispatch.attention_backend(impl, q, causal_mask(6, torch.float32), False, False, dropout, True, tables)
