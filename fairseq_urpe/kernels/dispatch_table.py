@@ -21,6 +21,7 @@ kind, dropout, path, passed: [paths], ms: {path: fwd+bwd milliseconds}}]}``. Whe
 without ``XDG_CACHE_HOME``). Imports only torch.
 """
 
+import functools
 import json
 import os
 from typing import Dict, Iterable, Mapping, NamedTuple, Optional
@@ -58,7 +59,12 @@ def table_kind(bias_table: Optional[torch.Tensor], c_table: Optional[torch.Tenso
 
 
 def device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    return _device_name(str(device)) if device.type == "cuda" else device.type
+
+
+@functools.lru_cache(maxsize=None)
+def _device_name(device: str) -> str:
+    return torch.cuda.get_device_name(torch.device(device))
 
 
 def table_key(x: torch.Tensor, kind: str, dropout: bool) -> TableKey:
