@@ -1,4 +1,5 @@
-"""The compiled ``flex`` path's forward equals the dense path's, for every registered kind (CPU, float32).
+"""The compiled ``flex`` path's forward equals the dense path's, for every registered kind (CPU, float32),
+and a fairseq language model evaluates through it as through the dense path.
 
 Compiled flex runs forward-only on CPU, and without the log-sum-exp, so URPE's C is refused there (its
 forms are held to dense URPE in test_flex_attention.py). Each compiled shape costs CPU-seconds: one
@@ -50,3 +51,25 @@ def test_compiled_flex_forward_equals_the_dense_path_for_every_kind(caplog, monk
     assert "attention path: flex (--urpe-attention-impl flex; bias tables)" in flex_log
     assert "attention path: flex (--urpe-attention-impl flex; none tables)" in flex_log
     assert "attention path: dense" not in flex_log and "recompile limit" not in flex_log
+
+
+from tests.models.conftest import build_lm, dict_dir  # noqa: E402,F401  (fixtures)
+
+
+@pytest.mark.slow
+def test_a_language_model_evaluates_through_compiled_flex_as_through_the_dense_path(build_lm, caplog,  # noqa: F811
+                                                                                    monkeypatch):
+    monkeypatch.setattr(dispatch, "_LOGGED", set())
+    flags = ("--urpe-toeplitz", "none", "--attention-dropout", "0")
+    flex, _ = build_lm("transformer_lm_urpe_tiny", *flags, "--urpe-attention-impl", "flex")
+    dense, _ = build_lm("transformer_lm_urpe_tiny", *flags, "--urpe-attention-impl", "dense")
+    dense.load_state_dict(flex.state_dict())
+    tokens = torch.randint(4, 40, (2, 13))
+    with torch.no_grad():
+        want = dense.eval()(tokens)[0]
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger=dispatch.logger.name):
+            got = flex.eval()(tokens)[0]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert "attention path: flex (--urpe-attention-impl flex; bias tables)" in caplog.text
+    assert "attention path: dense" not in caplog.text
