@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# One command for the GPU questions of the fused attention: correctness on the GPU (fused vs the reference
+# One command for the GPU questions of the attention paths: correctness on the GPU (fused vs the reference
 # vs the dense path; fp16, bf16, fp32; head dims 64, 128; padding; dropout; guard memory; compute-sanitizer
 # where installed), kernel time and memory against PyTorch's SDPA (L = 512 .. 4096), and training steps of
-# the _wiki103 archs (stock, RPE and URPE, dense and fused). Writes $OUT.json and $OUT.md.
+# the _wiki103 archs (stock, RPE and URPE, dense and fused), and which path runs: the kernel, FlexAttention
+# and the dense path checked against float64, timed beside SDPA flash at L2048 d64 bf16 and L3072 d128
+# fp16 with and without dropout, the fastest that passed written to the dispatch table that
+# --urpe-attention-impl auto reads. Writes $OUT.json and $OUT.md (and the table, on a GPU).
 # Each section runs in its own process under a time limit, catches its own failures and keeps what it
 # measured; the total stays under BUDGET_S. Without CUDA it runs what it can under Triton's interpreter
 # at tiny sizes (the test suite does exactly that).
@@ -11,15 +14,17 @@
 #   PYTHON     interpreter with torch, triton, fairseq      (default: .venv/bin/python)
 #   OUT        output path without extension                (default: benchmarks/results/gpu_check; without
 #              CUDA benchmarks/results/gpu_check_cpu, so a CPU run never replaces GPU numbers)
-#   BUDGET_S   seconds for all sections together            (default: 450)
+#   BUDGET_S   seconds for all sections together            (default: 570)
 #   SECTIONS   which sections, in order                     (default: environment correctness guard_memory
-#              kernel_speed end_to_end sanitizer)
+#              kernel_speed paths end_to_end sanitizer)
+#   DISPATCH_TABLE  where the paths section writes the table (default: where auto reads it,
+#              $FAIRSEQ_URPE_DISPATCH_TABLE or ~/.cache/fairseq_urpe/dispatch_table.json)
 set -euo pipefail
-if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
-BUDGET_S=${BUDGET_S:-450}
-SECTIONS=${SECTIONS:-environment correctness guard_memory kernel_speed end_to_end sanitizer}
+BUDGET_S=${BUDGET_S:-570}
+SECTIONS=${SECTIONS:-environment correctness guard_memory kernel_speed paths end_to_end sanitizer}
 [ -x "$PYTHON" ] || { echo "gpu_check.sh: no Python at PYTHON=$PYTHON (run bash scripts/env.sh, or set PYTHON)" >&2; exit 2; }
 if "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   GPU=1
@@ -28,7 +33,7 @@ else
   export TRITON_INTERPRET=1  # before triton is imported: the kernels run on CPU, slowly
 fi
 OUT=${OUT:-benchmarks/results/$([ "$GPU" = 1 ] && echo gpu_check || echo gpu_check_cpu)}
-echo "== gpu_check: PYTHON=$PYTHON OUT=$OUT BUDGET_S=$BUDGET_S GPU=$GPU SECTIONS=$SECTIONS" >&2
+echo "== gpu_check: PYTHON=$PYTHON OUT=$OUT BUDGET_S=$BUDGET_S GPU=$GPU SECTIONS=$SECTIONS DISPATCH_TABLE=${DISPATCH_TABLE:-where auto reads it}" >&2
 mkdir -p "$(dirname "$OUT")"
 rm -f "$OUT.json"
 start0=$(date +%s)
@@ -50,7 +55,7 @@ if [ "$GPU" = 0 ]; then
 fi
 
 # Seconds per section, in the default order; a section's unused time passes on to the ones after it.
-declare -A SHARE=([environment]=25 [correctness]=105 [guard_memory]=60 [kernel_speed]=95 [end_to_end]=105 [sanitizer]=60)
+declare -A SHARE=([environment]=25 [correctness]=105 [guard_memory]=60 [kernel_speed]=95 [paths]=120 [end_to_end]=105 [sanitizer]=60)
 start=$(date +%s)
 codes=()
 sections=($SECTIONS)

@@ -1,4 +1,4 @@
-"""The GPU check of the fused attention, one section per process (benchmarks/gpu_check.sh runs them all;
+"""The GPU check of the attention paths, one section per process (benchmarks/gpu_check.sh runs them all;
 ``python -m benchmarks.gpu_check --section NAME`` runs one). One module per thing measured.
 
 Sections (each catches its own failures, stops starting new cases past its time budget, and rewrites the
@@ -14,6 +14,10 @@ JSON after every case, so a killed section keeps what it measured):
   fused kernel (bias; bias and C; with dropout 0.1) against ``scaled_dot_product_attention`` with the
   flash backend (no bias) and with the memory-efficient backend and an additive bias (an RPE user's
   alternative), and the plain dense reference.
+- ``paths``: which attention path runs, by measurement: the fused kernel, FlexAttention (bias, URPE's
+  shifted and band forms) and the dense path checked against float64 at a small shape, then timed
+  (forward+backward, peak memory) at L2048 d64 bf16 and L3072 d128 fp16, with and without dropout, as
+  ratios to SDPA flash; writes the dispatch table that ``--urpe-attention-impl auto`` reads.
 - ``end_to_end``: tokens/s and peak memory of training steps (fairseq's Trainer: fp16, the recipe's
   optimizer and criterion) for stock ``transformer_lm_wiki103`` and the RPE and URPE ``_wiki103`` archs
   with the dense and the fused attention, at the recipe's 3,072-token blocks.

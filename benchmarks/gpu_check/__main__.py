@@ -13,11 +13,12 @@ from .end_to_end import end_to_end
 from .environment import environment
 from .kernel_speed import kernel_speed
 from .memory_safety import guard_memory, sanitizer
+from .paths import paths
 from .record import SECTIONS, Record
 from .report import report
 
 RUN = dict(environment=environment, correctness=correctness, guard_memory=guard_memory, kernel_speed=kernel_speed,
-           end_to_end=end_to_end, sanitizer=sanitizer)
+           paths=paths, end_to_end=end_to_end, sanitizer=sanitizer)
 
 
 def main(argv=None):

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-SECTIONS = ("environment", "correctness", "guard_memory", "kernel_speed", "end_to_end", "sanitizer")
+SECTIONS = ("environment", "correctness", "guard_memory", "kernel_speed", "paths", "end_to_end", "sanitizer")
 GPU = torch.cuda.is_available()
 DEVICE = "cuda" if GPU else "cpu"
 

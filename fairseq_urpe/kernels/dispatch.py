@@ -1,14 +1,22 @@
-"""Which attention computes a call: the fused Triton kernel or the dense PyTorch path.
+"""Which attention computes a call: the fused Triton kernel, PyTorch's FlexAttention or the dense path.
 
 ``--urpe-attention-impl`` (``impl`` here):
   - ``dense``: always the dense path.
-  - ``auto`` (default): the fused kernel where it can run (a CUDA tensor, Triton importable, float16 or
+  - ``auto`` (default): where the measured dispatch table (:mod:`.dispatch_table`, written by a GPU run of
+    ``benchmarks/gpu_check.sh``) holds the call's configuration, the path it names, where that path can run
+    this call; otherwise the built-in order: the fused kernel where it can run (a CUDA tensor, Triton importable, float16 or
     bfloat16, or float32 where torch allows TF32 matmuls, head dim <= 128, dot-product scores, an
     attention-dropout rate its 8-bit thresholds hold within 10%: :mod:`.dropout_rate`), the call is one it
     computes, and the kernel passed its self-check in this configuration; the dense path otherwise.
   - ``fused``: the fused kernel for every call it computes (float32 included, TF32 or not); an error
     naming the flag where this machine or configuration cannot run it or the self-check failed (on CPU
     it runs under Triton's interpreter when ``TRITON_INTERPRET=1``, slowly: that is how the tests run it).
+  - ``flex``: PyTorch's compiled ``flex_attention`` (:mod:`.flex_attention`: the bias as a ``score_mod``,
+    URPE's C through the log-sum-exp). Refused, naming the reason, with attention dropout (flex has
+    none), for a backward on CPU (flex has none there), for URPE on CPU (compiled flex on CPU returns no
+    log-sum-exp) and with ``torch.use_deterministic_algorithms(True)`` (its table gradients are atomic
+    adds). Lengths are padded to a multiple of 128; a call whose compiled shape would pass torch's
+    recompile limit runs dense, logged (:class:`FlexBackend`).
 
 Triton: the kernel uses the triton that came with torch (never a pinned one of its own), and runs with
 the versions in ``SUPPORTED_TRITON`` (tested: ``TESTED_TRITON``). With another, ``auto`` logs one warning
@@ -35,7 +43,9 @@ and backward where grad mode and the inputs want one); an exception or a non-fin
 tests in ``tests/kernels`` are there for that.)
 
 Calls the kernel does not compute go to the dense path in every mode: incremental decoding, returning
-attention weights, and any mask other than fairseq's causal future mask (e.g. full-context alignment).
+attention weights, and any mask other than fairseq's causal future mask (e.g. full-context alignment);
+flex also leaves key padding and dot-product-free attention to the dense path. Every choice is logged
+once per distinct line (``attention path: ...``).
 Imports only torch; triton is imported the first time the kernel is used.
 """
 
@@ -48,12 +58,12 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from . import dropout_rate
+from . import dispatch_table, dropout_rate
 from .self_check import KernelConfig, kernel_error
 
 logger = logging.getLogger(__name__)
 
-IMPLS = ("auto", "dense", "fused")
+IMPLS = ("auto", "dense", "fused", "flex")
 FLAG = "--urpe-attention-impl"
 _FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # Triton versions the kernel runs with: (major, minor) from SUPPORTED_TRITON[0] up to, not including,
@@ -75,10 +85,12 @@ def log_once(line: str, level: int = logging.INFO) -> None:
         logger.log(level, line)
 
 
-def log_path(fused: bool, why: str) -> bool:
+def log_path(fused, why: str) -> bool:
     """Log ``attention path: fused (<configuration>)`` or ``attention path: dense (<why>)`` once per process
-    for each distinct line (INFO, so a fairseq run's log names the path its attention took); returns ``fused``."""
-    log_once(f"attention path: {'fused' if fused else 'dense'} ({why})")
+    for each distinct line (INFO, so a fairseq run's log names the path its attention took); ``fused`` may
+    also name the path (``"flex"``). Returns ``fused``."""
+    name = fused if isinstance(fused, str) else ("fused" if fused else "dense")
+    log_once(f"attention path: {name} ({why})")
     return fused
 
 
@@ -136,6 +148,23 @@ def attention_backend(
         return _dense("incremental decoding, which always runs dense")
     if need_weights:
         return _dense("the attention weights are asked for")
+    if impl == "flex":
+        reason = why_not_flex(x, attn_mask, dropout_p, dot_product, tables, padding)
+        if reason is not None:
+            return _dense(reason)
+        return flex_backend(f"{FLAG} flex", x, tables)
+    if impl == "auto":
+        measured = measured_path(x, tables, dropout_p)
+        if measured is not None:
+            path, key = measured
+            if path == "dense":
+                return _dense(f"the dispatch table measured dense fastest for {describe_key(key)}")
+            if path == "flex":
+                reason = why_not_flex(x, attn_mask, dropout_p, dot_product, tables, padding, forced=False)
+                if reason is None:
+                    return flex_backend(f"the dispatch table measured flex fastest for {describe_key(key)}", x, tables)
+                log_once(f"the dispatch table names flex for {describe_key(key)}, but this call cannot run it "
+                         f"({reason}): the built-in order decides")
     reason = _why_not_fused(x, dropout_p, dot_product, forced=impl == "fused")
     if reason is not None and impl == "auto":
         if reason.startswith("triton "):  # a triton that is there but not one the kernel runs with: say so, once
@@ -160,6 +189,85 @@ def attention_backend(
 def _dense(why: str) -> None:
     log_path(False, why)
     return None
+
+
+def measured_path(x: torch.Tensor, tables, dropout_p: float):
+    """``(path, key)`` where the dispatch table (:mod:`.dispatch_table`) holds this call's configuration, else
+    ``None`` (no table, or a configuration it does not hold)."""
+    key = dispatch_table.table_key(x, dispatch_table.table_kind(*tables, x.size(2)), dropout_p > 0)
+    path = dispatch_table.path_for(key)
+    return None if path is None else (path, key)
+
+
+def describe_key(key) -> str:
+    return (f"{key.device}, {key.dtype}, head dim {key.head_dim}, {key.kind}"
+            f"{', attention dropout' if key.dropout else ''} ({dispatch_table.table_path()})")
+
+
+def why_not_flex(x: torch.Tensor, attn_mask, dropout_p: float, dot_product: bool, tables, padding: bool,
+                 forced: bool = True) -> Optional[str]:
+    """Why this call does not run through flex: ``RuntimeError`` naming the flag for what ``flex`` refuses
+    (``forced``), the reason as a string for a call it leaves to the dense path (or, unforced, for both)."""
+    refusal = flex_refusal(x, dropout_p, tables)
+    if refusal is not None:
+        if forced:
+            raise RuntimeError(f"{FLAG} flex: {refusal}. Use {FLAG} auto, fused or dense.")
+        return refusal
+    if not dot_product:
+        return "dot-product-free attention (scores from positions only) runs dense"
+    if not is_future_mask(attn_mask, x.size(2)):
+        return "a mask other than fairseq's causal future mask"
+    if padding:
+        return "a key padding mask, which the flex path does not take"
+    return None
+
+
+def flex_refusal(x: torch.Tensor, dropout_p: float, tables) -> Optional[str]:
+    """What ``flex`` refuses outright for this call (``None``: nothing)."""
+    backward = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, *tables))
+    if dropout_p > 0:
+        return (f"flex_attention has no attention dropout, and this call applies it at p = {dropout_p:g} "
+                f"(set --attention-dropout 0 to use flex)")
+    if x.device.type not in ("cuda", "cpu"):
+        return f"tensors are on {x.device.type}; flex runs on CUDA (and forward-only on CPU)"
+    if x.device.type == "cpu" and backward:
+        return "training on CPU: flex_attention has no backward on CPU"
+    if x.device.type == "cpu" and tables[1] is not None:
+        return "URPE's C on CPU: compiled flex_attention on CPU does not return the log-sum-exp URPE's forms need"
+    if torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled():
+        return "torch.use_deterministic_algorithms(True) is on, and flex adds the tables' gradients by atomics"
+    return None
+
+
+_FLEX: Dict[str, "FlexBackend"] = {}  # one per process: its engine keeps the compiled shapes and block masks
+
+
+def flex_backend(why: str, x: torch.Tensor, tables) -> "FlexBackend":
+    log_path("flex", f"{why}; {dispatch_table.table_kind(*tables, x.size(2))} tables")
+    if "flex" not in _FLEX:
+        _FLEX["flex"] = FlexBackend()
+    return _FLEX["flex"]
+
+
+class FlexBackend:
+    """Calls through :class:`~.flex_attention.FlexEngine` (compiled), with the fused backend's ``run``."""
+
+    def __init__(self):
+        from .flex_attention import FlexEngine
+
+        self.engine = FlexEngine(compiled=True)
+
+    def run(self, q, k, v, bias_table=None, c_table=None, key_padding_mask=None,
+            dropout_p=0.0) -> Optional[torch.Tensor]:
+        """``softmax(Q K^T + B) ⊙ C) V`` causal, as :meth:`FusedBackend.run`; ``None`` (the caller runs dense,
+        logged here) where the call's compiled shape would pass torch's recompile limit."""
+        if not self.engine.admits(q, bias_table, c_table):
+            log_once(f"flex attention: a new shape ({describe_launch(q, key_padding_mask, dropout_p)}) would pass "
+                     f"torch's recompile limit of {self.engine.shape_limit} compiled shapes; calls like it run the "
+                     f"dense attention (pad batches to fewer shapes, or raise "
+                     f"torch._dynamo.config.recompile_limit)", logging.WARNING)
+            return None
+        return self.engine(q, k, v, bias_table, c_table)
 
 
 def fused_backend(impl: str, config: KernelConfig) -> Optional["FusedBackend"]:

@@ -12,7 +12,7 @@ SLOPE_CHOICES = ChoiceEnum(["fixed", "learned"])
 INIT_CHOICES = ChoiceEnum(["alibi", "zero"])
 TOEPLITZ_CHOICES = ChoiceEnum(["none", "bucketed", "unique"])
 BEYOND_MAX_CHOICES = ChoiceEnum(["clamp", "error"])
-ATTENTION_IMPL_CHOICES = ChoiceEnum(["auto", "dense", "fused"])
+ATTENTION_IMPL_CHOICES = ChoiceEnum(["auto", "dense", "fused", "flex"])
 
 
 @dataclass
@@ -76,7 +76,10 @@ class RelativePositionConfig(FairseqDataclass):
     urpe_attention_impl: ATTENTION_IMPL_CHOICES = field(
         default="auto",
         metadata={
-            "help": "'auto': the fused Triton kernel for a call where all of these hold, else the dense path: "
+            "help": "'auto': the path the measured dispatch table names for the call's configuration (GPU, dtype, "
+            "head dim, tables, dropout; written by a GPU run of benchmarks/gpu_check.sh; "
+            "$FAIRSEQ_URPE_DISPATCH_TABLE or ~/.cache/fairseq_urpe/dispatch_table.json) where it can run the call; "
+            "otherwise the fused Triton kernel for a call where all of these hold, else the dense path: "
             "CUDA tensors; a supported triton (the one torch brings); float16, bfloat16, or float32 with TF32 "
             "allowed (torch.backends.cuda.matmul.allow_tf32); head dim <= 128; batch x heads <= 65535; "
             "dot-product scores; fairseq's causal mask; no attention weights asked for; not incremental "
@@ -87,7 +90,10 @@ class RelativePositionConfig(FairseqDataclass):
             "1.1130); a rate more than 10% from that (0.001 would be 0, 0.01 would be 0.0117) runs dense, and "
             "is an error under 'fused'. 'fused': the kernel, or an error "
             "naming this flag where it cannot run (for GPU runs that must not fall back); 'dense': plain "
-            "PyTorch. The log names the path taken ('attention path: ...')"
+            "PyTorch; 'flex': PyTorch's compiled flex_attention (URPE's C through its log-sum-exp), refused with "
+            "--attention-dropout > 0, for training on CPU and for URPE on CPU; key padding, dot-product-free "
+            "attention and shapes past torch's recompile limit run dense. The log names the path taken "
+            "('attention path: ...')"
         },
     )
     absolute_positions: bool = field(

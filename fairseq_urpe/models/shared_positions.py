@@ -27,6 +27,9 @@ from .position_record import RECORD, check_finite_tables, check_same_function, d
 def relative_self_attention(layer, cfg, embed_dim: int, num_heads: int, shared: Optional[PositionModules],
                             bidirectional: bool) -> RelativeMultiheadAttention:
     """A layer's self-attention: the ``shared`` position modules, else its own, built from ``cfg``."""
+    if str(cfg.urpe_attention_impl) == "flex" and cfg.attention_dropout > 0:
+        raise ValueError(f"--urpe-attention-impl flex: flex_attention has no attention dropout, and --attention-dropout "
+                         f"is {cfg.attention_dropout}; set it to 0, or use --urpe-attention-impl auto, fused or dense")
     own = {} if shared is not None else dict(build_position_modules(cfg, num_heads, embed_dim, bidirectional).items())
     return RelativeMultiheadAttention(
         embed_dim,

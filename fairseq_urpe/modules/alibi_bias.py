@@ -8,6 +8,7 @@ from torch import nn
 
 from .precision import at_least_float32
 from .position_tables import RelativePositionFunction
+from .score_function import table_of
 
 
 def alibi_slopes(num_heads: int) -> List[float]:
@@ -49,9 +50,12 @@ class ALiBiBias(RelativePositionFunction):
         else:
             self.register_buffer("slopes", slopes, persistent=False)
 
+    def score(self, head: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
+        """``-m_h |k|`` element-wise at ``head``, ``distance`` (broadcastable, long)."""
+        return -at_least_float32(self.slopes)[head] * distance.abs()
+
     def by_distance(self, distance: torch.Tensor) -> torch.Tensor:
-        slopes = at_least_float32(self.slopes).view(-1, *([1] * distance.dim()))  # (H, 1, ...)
-        return -slopes * distance.abs()  # (H, ...)
+        return table_of(self.score, self.num_heads, distance)  # (H, ...)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, learnable={self.learnable}"

@@ -12,6 +12,7 @@ from torch import nn
 
 from .position_tables import RelativePositionFunction
 from .precision import at_least_float32
+from .score_function import table_of
 
 KERNELS = ("log", "power")
 FLOOR = 1e-2  # the authors' lower bound for r1 and r2
@@ -53,12 +54,16 @@ class KerpleBias(RelativePositionFunction):
         r2 = clamp_passing_gradient(at_least_float32(self.r2), FLOOR, POWER_CEILING if self.kernel == "power" else None)
         return r1, r2
 
-    def by_distance(self, distance: torch.Tensor) -> torch.Tensor:
-        r1, r2 = (r.view(-1, *([1] * distance.dim())) for r in self.coefficients())  # (H, 1, ...)
+    def score(self, head: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
+        """``-r1_h log(1 + r2_h |k|)`` or ``-r1_h |k|^r2_h`` element-wise at ``head``, ``distance`` (long)."""
+        r1, r2 = (r[head] for r in self.coefficients())
         k = distance.abs().to(r1.dtype)
         if self.kernel == "log":
-            return -r1 * torch.log1p(r2 * k)  # (H, ...)
-        return -r1 * k.pow(r2)  # (H, ...); torch gives pow's exponent a zero gradient where k = 0
+            return -r1 * torch.log1p(r2 * k)
+        return -r1 * k.pow(r2)  # torch gives pow's exponent a zero gradient where k = 0
+
+    def by_distance(self, distance: torch.Tensor) -> torch.Tensor:
+        return table_of(self.score, self.num_heads, distance)  # (H, ...)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, kernel={self.kernel}"

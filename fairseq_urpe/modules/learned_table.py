@@ -47,7 +47,12 @@ class LearnedTable(RelativePositionFunction):
     def max_distance(self) -> int:
         return self.index.max_distance
 
+    def score(self, head: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
+        """``w_h[index(k)]`` element-wise at ``head``, ``distance`` (broadcastable, long)."""
+        return at_least_float32(self.weight)[head, self.index(distance)]
+
     def by_distance(self, distance: torch.Tensor) -> torch.Tensor:
+        # score at every head, by slicing: indexing with a head index too would keep that index for backward
         return at_least_float32(self.weight)[:, self.index(distance)]  # (H, ...)
 
     def extra_repr(self) -> str:

@@ -7,6 +7,7 @@ from torch.nn import functional as F
 from .alibi_bias import alibi_slopes
 from .precision import at_least_float32
 from .position_tables import RelativePositionFunction
+from .score_function import table_of
 
 INITIAL_SLOPE_SCALE = 8.0
 
@@ -40,9 +41,13 @@ class LogBias(RelativePositionFunction):
             return F.softplus(at_least_float32(self.rho))
         return at_least_float32(self.fixed_slopes)
 
+    def score(self, head: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
+        """``-m_h log(1 + |k|)`` element-wise at ``head``, ``distance`` (broadcastable, long)."""
+        slopes = self.slopes()[head]
+        return -slopes * torch.log1p(distance.abs().to(slopes.dtype))
+
     def by_distance(self, distance: torch.Tensor) -> torch.Tensor:
-        slopes = self.slopes().view(-1, *([1] * distance.dim()))  # (H, 1, ...)
-        return -slopes * torch.log1p(distance.abs().to(slopes.dtype))  # (H, ...)
+        return table_of(self.score, self.num_heads, distance)  # (H, ...)
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, learnable={self.learnable}"

@@ -40,7 +40,7 @@ class RelativeMultiheadAttention(MultiheadAttention):
         dot_product: ``False`` drops ``Q K^T`` and the query/key projections (``q_proj``, ``k_proj`` are
             ``None``, and no submodules: a state dict holding them is refused by a strict load): the
             attention pattern comes from the position bias alone and is shared by the whole batch.
-        attention_impl: ``auto``, ``dense`` or ``fused``: see :mod:`fairseq_urpe.kernels.dispatch`.
+        attention_impl: ``auto``, ``dense``, ``fused`` or ``flex``: see :mod:`fairseq_urpe.kernels.dispatch`.
     """
 
     def __init__(
