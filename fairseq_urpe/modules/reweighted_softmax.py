@@ -82,10 +82,12 @@ class SoftmaxReweightValues(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         probs, c_table, index, v = ctx.saved_tensors
-        grad_scores = probs.new_empty(probs.shape) if ctx.needs_input_grad[0] else None
+        blocks = row_blocks(probs)
+        # one block: dS is made in place on that block's X, as large as the scores; more: written block by block
+        grad_scores = probs.new_empty(probs.shape) if ctx.needs_input_grad[0] and len(blocks) > 1 else None
         grad_c_table = c_table.new_zeros(c_table.shape) if ctx.needs_input_grad[1] else None
         grad_v = torch.zeros_like(v) if ctx.needs_input_grad[3] else None
-        for rows in row_blocks(probs):
+        for rows in blocks:
             a, c, g = probs[:, :, rows], _expand(c_table, index[rows]), grad_out[:, :, rows]  # c: (H, rows, S)
             if grad_v is not None:
                 grad_v += torch.matmul((a * c).to(v.dtype).transpose(-1, -2), g)  # (B, H, S, d)
@@ -94,9 +96,13 @@ class SoftmaxReweightValues(torch.autograd.Function):
             x = torch.matmul(g, v.transpose(-1, -2)).to(probs.dtype).mul_(a)  # (B, H, rows, S)
             if grad_c_table is not None:
                 grad_c_table += _fold(x.sum(0), index[rows], c_table.shape)
-            if grad_scores is not None:
+            if ctx.needs_input_grad[0]:
                 x.mul_(c)
-                grad_scores[:, :, rows] = x.addcmul_(a, x.sum(-1, keepdim=True), value=-1)
+                x.addcmul_(a, x.sum(-1, keepdim=True), value=-1)
+                if grad_scores is None:
+                    grad_scores = x
+                else:
+                    grad_scores[:, :, rows] = x
         return grad_scores, grad_c_table, None, grad_v
 
 
