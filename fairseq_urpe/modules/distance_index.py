@@ -79,6 +79,7 @@ class BucketIndex:
         check_bucket_options(num_buckets, max_distance, bidirectional, names)
         self.num_buckets, self.max_distance, self.bidirectional = num_buckets, max_distance, bidirectional
         self.size = num_buckets
+        self._constant_from = None
 
     def __call__(self, distance: torch.Tensor) -> torch.Tensor:
         return relative_position_bucket(distance, self.num_buckets, self.max_distance, self.bidirectional)
@@ -115,9 +116,12 @@ class BucketIndex:
 
     @property
     def constant_from(self) -> int:
-        """The causal distance from which every distance reads the same bucket: the first of the last one."""
-        last = self(torch.tensor([2 * self.max_distance + 1]))  # past every bucket boundary
-        return int(self.first_distances(last)[0])
+        """The causal distance from which every distance reads the same bucket: the first of the last one
+        (a bisection, run once: it depends on the options only)."""
+        if self._constant_from is None:
+            last = self(torch.tensor([2 * self.max_distance + 1]))  # past every bucket boundary
+            self._constant_from = int(self.first_distances(last)[0])
+        return self._constant_from
 
     def __repr__(self) -> str:
         return f"buckets={self.num_buckets}, max_distance={self.max_distance}, bidirectional={self.bidirectional}"

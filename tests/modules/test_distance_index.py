@@ -101,3 +101,14 @@ def test_a_billion_token_bucket_range_builds_in_the_memory_of_its_32_buckets():
     first = int(constant_from)  # the first distance of the last bucket: the one before it reads bucket 30
     assert int(c_constant_from) == first and float(last_nearest) == torch.tensor(float(first)).item()  # float32
     assert index(torch.tensor([first - 1, first, 10**9, 10**12])).tolist() == [30, 31, 31, 31]
+
+
+def test_the_bucket_boundary_search_runs_once_per_index_not_per_forward(monkeypatch):
+    """``constant_from`` depends on the options only: every table a forward makes reads it, and the bisection
+    behind it runs at its first read alone."""
+    index = BucketIndex(32, 128)
+    calls = []
+    search = BucketIndex.first_distances
+    monkeypatch.setattr(BucketIndex, "first_distances", lambda self, b: calls.append(1) or search(self, b))
+    assert [index.constant_from for _ in range(5)] == [index.constant_from] * 5
+    assert len(calls) == 1
