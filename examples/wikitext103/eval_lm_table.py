@@ -59,7 +59,7 @@ from omegaconf import OmegaConf
 
 from oom_retry import with_one_retry_at_half
 from output_tee import output_teed_to
-from run_identity import arch_kind, data_folder, precision, run_name
+from run_identity import arch_kind, data_folder, precision, run_name, tokens_per_update
 
 from fairseq_urpe.fairseq_runs import evaluated_tokens, model_params
 
@@ -199,7 +199,8 @@ def markdown(report):
         f"# {head['run']}: {head['arch']}",
         "",
         f"checkpoint `{head['checkpoint']}` ({head['num_updates']} updates, {head['params']:,} parameters), "
-        f"trained on blocks of L = {head['train_tokens_per_sample']} tokens, attention path: {head['attention_path']}; "
+        f"trained on blocks of L = {head['train_tokens_per_sample']} tokens, {head['tokens_per_update']:,} tokens per "
+        f"update, attention path: {head['attention_path']}; "
         f"data `{report['data']}` ({report['unit']}). Perplexity per word: 2 ** (loss_base2 * tokens / words).",
         "",
         "| split | evaluation | block | context | --max-tokens | tokens scored | ppl per word | ppl per token | status |",
@@ -269,13 +270,27 @@ def read_checkpoint(path):
     return cfg, history[-1].get("num_updates"), (state.get("extra_state") or {}).get("previous_training_time")
 
 
+def find_precision(args, name):
+    """The PRECISION of the run when it is not given: the one of fp16 and fp32 whose run folder exists (the
+    machine that evaluates need not be the one that trained). Both: refused, naming them; neither: fp32 on CPU."""
+    if args.run_name or args.checkpoint or args.save_dir:
+        return "fp32" if args.cpu else "fp16"  # the name is not looked for
+    found = [p for p in ("fp16", "fp32")
+             if os.path.isdir(args.save_dir or os.path.join(args.wt103_dir, "checkpoints", name(p)))]
+    if len(found) > 1:
+        fail(f"both {name('fp16')} and {name('fp32')} are trained: set PRECISION=fp16 or fp32")
+    return found[0] if found else ("fp32" if args.cpu else "fp16")
+
+
 def parse_options(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     identity = parser.add_argument_group("which run (as train.sh names it)")
-    for name in ("--arch", "--rpe-init", "--precision", "--bpe", "--wt103-dir", "--data", "--log-dir"):
+    for name in ("--arch", "--rpe-init", "--bpe", "--wt103-dir", "--data", "--log-dir"):
         identity.add_argument(name, required=True)
+    identity.add_argument("--precision", default="", help="fp16 or fp32; empty: whichever of the two runs exists")
     identity.add_argument("--seed", type=int, required=True)
     identity.add_argument("--tokens-per-sample", type=int, required=True, help="the run's training length L")
+    identity.add_argument("--batch-tokens", type=int, default=73728, help="the run's tokens per update")
     identity.add_argument("--vocab", type=int, required=True)
     identity.add_argument("--smoke", type=int, default=0)
     identity.add_argument("--run-name", default="")
@@ -302,8 +317,13 @@ def main(argv=None):
     if kind is None and not args.checkpoint:
         fail(f"unknown ARCH={args.arch}: no such --arch in fairseq or the plugin")
     learns = kind is not None and kind["learns_from_rpe_init"]
-    run = args.run_name or run_name(args.arch, args.tokens_per_sample, args.rpe_init if learns else None, args.seed,
-                                    args.bpe, args.vocab, args.precision, bool(args.smoke))
+
+    def name(precision_name):
+        return args.run_name or run_name(args.arch, args.tokens_per_sample, args.batch_tokens,
+                                         args.rpe_init if learns else None, args.seed, args.bpe, args.vocab,
+                                         precision_name, bool(args.smoke))
+
+    run = name(args.precision or find_precision(args, name))
     save_dir = args.save_dir or os.path.join(args.wt103_dir, "checkpoints", run)
     if not args.checkpoint:
         args.checkpoint = os.path.join(save_dir, "checkpoint_best.pt")
@@ -367,6 +387,7 @@ def evaluate_all(args, run, rows, cfg, num_updates, train_seconds, length, resul
     report = {
         "model": {"run": run, "arch": arch, "checkpoint": os.path.abspath(args.checkpoint), "num_updates": num_updates,
                   "params": params or 0, "train_tokens_per_sample": length, "train_max_tokens": cfg["dataset"]["max_tokens"],
+                  "tokens_per_update": tokens_per_update(cfg),
                   "rpe_init": model_cfg.get("rpe_init") if kind is not None and kind["learns_from_rpe_init"] else None,
                   "seed": cfg["common"]["seed"], "data_bin": data_folder(cfg), "precision": precision(cfg["common"]),
                   "attention_path": attention_path(train_log, plugin), "train_seconds": train_seconds},
