@@ -6,8 +6,10 @@
 # non-overlapping evaluation at the training length L, the sliding-window evaluation (--context-window C:
 # every block of L - C scored tokens follows C tokens of context; C = 2560 for L = 3072 as in fairseq's
 # adaptive-input README), fairseq's own protocol (the same window on blocks of whole lines,
-# --sample-break-mode complete: how Baevski & Auli's 18.7 was measured), and the extrapolation sweep:
-# non-overlapping blocks of 2L and 4L tokens. Batches hold as many tokens per forward as training's
+# --sample-break-mode complete: how Baevski & Auli's 18.7 was measured), Press et al.'s protocol (ALiBi's:
+# a sliding window with stride 1, --context-window L - 1, one scored token per window of L), and the
+# extrapolation sweep: non-overlapping blocks of 2L, 4L and 6L tokens (6L: ALiBi's 512 -> 3072). With SMOKE=1
+# each evaluation scores only the first lines of each split, up to SMOKE_EVAL_TOKENS tokens (it says so). Batches hold as many tokens per forward as training's
 # (MAX_TOKENS, default the checkpoint's --max-tokens); a batch that runs out of memory is tried once more at
 # half the size. Perplexity is per word for word-level and SentencePiece data alike: ppl = 2 ** (loss_base2 x
 # tokens scored / words), words from $DATA_BIN/words.json (see eval_lm_table.py). A setting counts only if
@@ -28,7 +30,8 @@
 #   LOG_DIR          eval-$RUN_NAME.log (appended to); train-$RUN_NAME.log is read (default: $WT103_DIR/logs)
 #   SPLITS           splits to evaluate                         (default: valid test)
 #   CONTEXT_WINDOW   C of the sliding window; empty: L - L/6     (default: empty)
-#   EXTRAPOLATE      factors k of the k x L sweep               (default: 1 2 4)
+#   EXTRAPOLATE      factors k of the k x L sweep               (default: 1 2 4 6)
+#   SMOKE_EVAL_TOKENS  with SMOKE=1: tokens of each split scored (its first lines) (default: 8192)
 #   MAX_TOKENS       tokens per forward (at least one block); 0: training's --max-tokens (default: 0)
 #   EVAL_PRECISION   fp32 or fp16 (GPU only)                     (default: fp32)
 #   CPU              1: evaluate on CPU                  (default: 1 without a GPU (nvidia-smi), else 0)
@@ -64,15 +67,16 @@ RESULTS_DIR=${RESULTS_DIR:+$(abspath "$RESULTS_DIR")}
 LOG_DIR=$(abspath "${LOG_DIR:-$WT103_DIR/logs}")
 SPLITS=${SPLITS:-valid test}
 CONTEXT_WINDOW=${CONTEXT_WINDOW:-}
-EXTRAPOLATE=${EXTRAPOLATE:-1 2 4}
+EXTRAPOLATE=${EXTRAPOLATE:-1 2 4 6}
+SMOKE_EVAL_TOKENS=${SMOKE_EVAL_TOKENS:-8192}
 MAX_TOKENS=${MAX_TOKENS:-0}
 EVAL_PRECISION=${EVAL_PRECISION:-fp32}
 DRY_RUN=${DRY_RUN:-0}
 note "$SCRIPT"
 show_knobs ARCH RPE_INIT SEED TOKENS_PER_SAMPLE BATCH_TOKENS PRECISION SMOKE RUN_NAME WT103_DIR BPE VOCAB DATA_BIN SAVE_DIR CHECKPOINT \
-  RESULTS_DIR LOG_DIR SPLITS CONTEXT_WINDOW EXTRAPOLATE MAX_TOKENS EVAL_PRECISION CPU DRY_RUN
+  RESULTS_DIR LOG_DIR SPLITS CONTEXT_WINDOW EXTRAPOLATE SMOKE_EVAL_TOKENS MAX_TOKENS EVAL_PRECISION CPU DRY_RUN
 
-for knob in SEED TOKENS_PER_SAMPLE BATCH_TOKENS MAX_TOKENS VOCAB; do
+for knob in SEED TOKENS_PER_SAMPLE BATCH_TOKENS MAX_TOKENS VOCAB SMOKE_EVAL_TOKENS; do
   [[ ${!knob} =~ ^[0-9]+$ ]] || die "$knob must be a non-negative integer, got $knob=${!knob}"
 done
 [ -z "$CHECKPOINT" ] || [ -f "$CHECKPOINT" ] || [ "$DRY_RUN" = 1 ] || die "no checkpoint $CHECKPOINT (CHECKPOINT)"
@@ -92,7 +96,7 @@ find_venv
 ARGS=(--arch "$ARCH" --rpe-init "$RPE_INIT" --seed "$SEED" --tokens-per-sample "$TOKENS_PER_SAMPLE" --batch-tokens "$BATCH_TOKENS" --precision "$PRECISION"
   --bpe "$BPE" --vocab "$VOCAB" --smoke "$SMOKE" --run-name "$RUN_NAME" --wt103-dir "$WT103_DIR" --data "$DATA_BIN"
   --save-dir "$SAVE_DIR" --checkpoint "$CHECKPOINT" --results-dir "$RESULTS_DIR" --log-dir "$LOG_DIR" --splits "$SPLITS"
-  --extrapolate "$EXTRAPOLATE" --max-tokens "$MAX_TOKENS")
+  --extrapolate "$EXTRAPOLATE" --max-tokens "$MAX_TOKENS" --smoke-eval-tokens "$SMOKE_EVAL_TOKENS")
 [ -z "$CONTEXT_WINDOW" ] || ARGS+=(--context-window "$CONTEXT_WINDOW")
 [ "$CPU" = 0 ] || ARGS+=(--cpu)
 [ "$EVAL_PRECISION" = fp32 ] || ARGS+=(--fp16)

@@ -40,7 +40,9 @@ import logging
 import os
 import pickle
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 import traceback
 import zipfile
@@ -53,7 +55,8 @@ sys.path.insert(0, REPO)  # this repository's plugin, the one --user-dir names
 from fairseq_cli import eval_lm  # isort: skip
 import torch
 from fairseq import checkpoint_utils, options
-from fairseq.data.indexed_dataset import MMapIndexedDataset
+import numpy as np
+from fairseq.data.indexed_dataset import MMapIndexedDataset, MMapIndexedDatasetBuilder
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from omegaconf import OmegaConf
 
@@ -66,6 +69,9 @@ from fairseq_urpe.fairseq_runs import evaluated_tokens, model_params
 SCRIPT = "eval.sh"
 SOFTMAX_BATCH = 1024  # fairseq's README
 FAIRSEQ_CONTEXT = "fairseq's protocol (--sample-break-mode complete), as behind Baevski & Auli's 18.7"
+PRESS_CONTEXT = ("Press et al.'s (ALiBi's) sliding window with stride 1 (--context-window L - 1, one scored token per "
+                 "window of L), the evaluation of their WikiText-103 comparisons; their extrapolation goes from L = 512 "
+                 "to 6L = 3,072 (the 6L row)")
 
 
 def fail(message):
@@ -92,6 +98,23 @@ def split_sizes(data, split):
     """Tokens of each line of a binarized split (its end of line included)."""
     dataset = MMapIndexedDataset(os.path.join(data, split))
     return dataset.sizes.copy()  # a copy: sizes is a view of the dataset's mmap
+
+
+def sliced_data(data, splits, tokens, folder):
+    """SMOKE's bounded evaluation: a data folder in ``folder`` whose splits hold the first lines of ``data``'s, as
+    many as fit ``tokens`` (at least one), and ``{split: (lines kept, lines, tokens kept, tokens)}``."""
+    os.symlink(os.path.join(os.path.abspath(data), "dict.txt"), os.path.join(folder, "dict.txt"))
+    kept = {}
+    for split in splits:
+        dataset = MMapIndexedDataset(os.path.join(data, split))
+        sizes = dataset.sizes
+        lines = max(1, int(np.searchsorted(np.cumsum(sizes), tokens, side="right")))
+        builder = MMapIndexedDatasetBuilder(os.path.join(folder, split + ".bin"), dtype=dataset._index.dtype)
+        for i in range(min(lines, len(sizes))):
+            builder.add_item(torch.from_numpy(np.array(dataset[i], dtype=np.int64)))
+        builder.finalize(os.path.join(folder, split + ".idx"))
+        kept[split] = (min(lines, len(sizes)), len(sizes), int(sizes[:lines].sum()), int(sizes.sum()))
+    return kept
 
 
 def eval_lm_argv(args, row, max_tokens):
@@ -180,6 +203,9 @@ def make_rows(args, length, train_max_tokens, extends, sizes):
                          unit=length - context, floor=max(length - context, longest),
                          max_tokens=max(windows * (length - context), longest),
                          max_target_positions=longest if longest > length and extends else None))
+        rows.append(dict(common, kind="press", name="Press et al.'s protocol: sliding window, stride 1", factor=1,
+                         tokens_per_sample=length, context_window=length - 1, break_mode="none", unit=1, floor=1,
+                         max_tokens=windows))
         for k in args.extrapolate:
             if k != 1:
                 rows.append(dict(common, kind="extrapolation", name=f"non-overlapping, {k}L", factor=k,
@@ -220,7 +246,13 @@ def markdown(report):
                   "|---|" + "---:|" * len(sweep["factors"])]
         for split in report["splits"]:
             lines.append(f"| {split} | " + " | ".join(fmt(sweep["ppl_word"][split][str(k)]) for k in sweep["factors"]) + " |")
-    lines += ["", f"The fairseq-protocol row is {FAIRSEQ_CONTEXT}; the others batch by this run's training --max-tokens."]
+    lines += ["", f"The fairseq-protocol row is {FAIRSEQ_CONTEXT}; the Press et al. row is {PRESS_CONTEXT}. Each row "
+              f"batches by this run's training --max-tokens."]
+    if report.get("smoke_slice"):
+        lines += ["", "SMOKE: each evaluation scores the first lines of its split only: "
+                  + "; ".join(f"{split}, {k['tokens']:,} of {k['of_tokens']:,} tokens ({k['lines']:,} of {k['of_lines']:,} "
+                              f"lines)" for split, k in report["smoke_slice"].items())
+                  + ". A check that the evaluation runs, not a result."]
     return "\n".join(lines) + "\n"
 
 
@@ -299,7 +331,9 @@ def parse_options(argv=None):
     identity.add_argument("--results-dir", default="")
     parser.add_argument("--splits", default="valid,test")
     parser.add_argument("--context-window", type=int, default=-1, help="-1: L - L // 6 (2560 for L = 3072)")
-    parser.add_argument("--extrapolate", default="1,2,4", help="factors k of the k x L sweep")
+    parser.add_argument("--extrapolate", default="1,2,4,6", help="factors k of the k x L sweep")
+    parser.add_argument("--smoke-eval-tokens", type=int, default=8192,
+                        help="with --smoke: score the first lines of each split, up to this many tokens")
     parser.add_argument("--max-tokens", type=int, default=0, help="tokens per forward; 0: training's --max-tokens")
     parser.add_argument("--cpu", action="store_true")
     parser.add_argument("--fp16", action="store_true")
@@ -349,19 +383,35 @@ def main(argv=None):
         fail(f"no checkpoint {args.checkpoint}: train first (train.sh with the same knobs), or set CHECKPOINT")
     model_cfg = cfg["model"] if cfg else {}
     absolute_learned = bool(model_cfg.get("decoder_learned_pos")) and not model_cfg.get("no_token_positional_embeddings")
-    sizes = {split: split_sizes(args.data, split) for split in args.splits}
-    rows = make_rows(args, length, train_max_tokens, not absolute_learned, sizes)
-    for row in rows:
-        print(f"== {row['split']}: {row['name']}: fairseq-eval-lm {shlex.join(eval_lm_argv(args, row, row['max_tokens']))}",
-              flush=True)
-    if args.dry_run:
-        print("== DRY_RUN=1: not evaluating", flush=True)
-        return
+    args.full_data, args.slice, slice_dir = args.data, None, None
+    try:
+        if args.smoke:
+            slice_dir = tempfile.mkdtemp(prefix="smoke-eval-")
+            args.slice = sliced_data(args.data, args.splits, args.smoke_eval_tokens, slice_dir)
+            args.data = slice_dir
+            word_level = not os.path.exists(os.path.join(args.full_data, "spm.model"))
+            for split, (lines, all_lines, tokens, all_tokens) in args.slice.items():
+                print(f"== SMOKE=1: {split}: each evaluation scores the first {tokens:,} of its {all_tokens:,} tokens "
+                      f"({lines:,} of {all_lines:,} lines; SMOKE_EVAL_TOKENS={args.smoke_eval_tokens})"
+                      + ("" if tokens < all_tokens else ": the whole split"), flush=True)
+                if tokens < all_tokens:  # per word: the slice's words, known at word level (one token a word)
+                    args.words[split] = tokens if word_level else None
+        sizes = {split: split_sizes(args.data, split) for split in args.splits}
+        rows = make_rows(args, length, train_max_tokens, not absolute_learned, sizes)
+        for row in rows:
+            print(f"== {row['split']}: {row['name']}: fairseq-eval-lm "
+                  f"{shlex.join(eval_lm_argv(args, row, row['max_tokens']))}", flush=True)
+        if args.dry_run:
+            print("== DRY_RUN=1: not evaluating", flush=True)
+            return
 
-    os.makedirs(args.log_dir, exist_ok=True)
-    with output_teed_to(os.path.join(args.log_dir, f"eval-{run}.log")):
-        print(f"== {SCRIPT} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}: {args.checkpoint}", flush=True)
-        evaluate_all(args, run, rows, cfg, num_updates, train_seconds, length, results)
+        os.makedirs(args.log_dir, exist_ok=True)
+        with output_teed_to(os.path.join(args.log_dir, f"eval-{run}.log")):
+            print(f"== {SCRIPT} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}: {args.checkpoint}", flush=True)
+            evaluate_all(args, run, rows, cfg, num_updates, train_seconds, length, results)
+    finally:
+        if slice_dir:
+            shutil.rmtree(slice_dir, ignore_errors=True)
 
 
 def evaluate_all(args, run, rows, cfg, num_updates, train_seconds, length, results):
@@ -391,8 +441,10 @@ def evaluate_all(args, run, rows, cfg, num_updates, train_seconds, length, resul
                   "rpe_init": model_cfg.get("rpe_init") if kind is not None and kind["learns_from_rpe_init"] else None,
                   "seed": cfg["common"]["seed"], "data_bin": data_folder(cfg), "precision": precision(cfg["common"]),
                   "attention_path": attention_path(train_log, plugin), "train_seconds": train_seconds},
-        "data": os.path.abspath(args.data),
-        "unit": "SentencePiece" if os.path.exists(os.path.join(args.data, "spm.model")) else "words",
+        "data": os.path.abspath(args.full_data),
+        "unit": "SentencePiece" if os.path.exists(os.path.join(args.full_data, "spm.model")) else "words",
+        "smoke_slice": ({split: {"lines": k[0], "of_lines": k[1], "tokens": k[2], "of_tokens": k[3]}
+                         for split, k in args.slice.items()} if args.slice else None),
         "splits": args.splits, "rows": rows, "extrapolation": sweep,
     }
     os.makedirs(results, exist_ok=True)
