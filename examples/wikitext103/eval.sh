@@ -30,6 +30,8 @@
 #   LOG_DIR          eval-$RUN_NAME.log (appended to); train-$RUN_NAME.log is read (default: $WT103_DIR/logs)
 #   SPLITS           splits to evaluate                         (default: valid test)
 #   CONTEXT_WINDOW   C of the sliding window; empty: L - L/6     (default: empty)
+#   PROTOCOLS        rows besides the non-overlapping one: sliding, fairseq, press (Press et al.'s stride 1, one
+#                    forward per scored token: the slowest)      (default: sliding fairseq press)
 #   EXTRAPOLATE      factors k of the k x L sweep               (default: 1 2 4 6)
 #   SMOKE_EVAL_TOKENS  with SMOKE=1: tokens of each split scored (its first lines) (default: 8192)
 #   MAX_TOKENS       tokens per forward (at least one block); 0: training's --max-tokens (default: 0)
@@ -67,6 +69,7 @@ RESULTS_DIR=${RESULTS_DIR:+$(abspath "$RESULTS_DIR")}
 LOG_DIR=$(abspath "${LOG_DIR:-$WT103_DIR/logs}")
 SPLITS=${SPLITS:-valid test}
 CONTEXT_WINDOW=${CONTEXT_WINDOW:-}
+PROTOCOLS=${PROTOCOLS:-sliding fairseq press}
 EXTRAPOLATE=${EXTRAPOLATE:-1 2 4 6}
 SMOKE_EVAL_TOKENS=${SMOKE_EVAL_TOKENS:-8192}
 MAX_TOKENS=${MAX_TOKENS:-0}
@@ -74,7 +77,7 @@ EVAL_PRECISION=${EVAL_PRECISION:-fp32}
 DRY_RUN=${DRY_RUN:-0}
 note "$SCRIPT"
 show_knobs ARCH RPE_INIT SEED TOKENS_PER_SAMPLE BATCH_TOKENS PRECISION SMOKE RUN_NAME WT103_DIR BPE VOCAB DATA_BIN SAVE_DIR CHECKPOINT \
-  RESULTS_DIR LOG_DIR SPLITS CONTEXT_WINDOW EXTRAPOLATE SMOKE_EVAL_TOKENS MAX_TOKENS EVAL_PRECISION CPU DRY_RUN
+  RESULTS_DIR LOG_DIR SPLITS CONTEXT_WINDOW PROTOCOLS EXTRAPOLATE SMOKE_EVAL_TOKENS MAX_TOKENS EVAL_PRECISION CPU DRY_RUN
 
 for knob in SEED TOKENS_PER_SAMPLE BATCH_TOKENS MAX_TOKENS VOCAB SMOKE_EVAL_TOKENS; do
   [[ ${!knob} =~ ^[0-9]+$ ]] || die "$knob must be a non-negative integer, got $knob=${!knob}"
@@ -96,7 +99,7 @@ find_venv
 ARGS=(--arch "$ARCH" --rpe-init "$RPE_INIT" --seed "$SEED" --tokens-per-sample "$TOKENS_PER_SAMPLE" --batch-tokens "$BATCH_TOKENS" --precision "$PRECISION"
   --bpe "$BPE" --vocab "$VOCAB" --smoke "$SMOKE" --run-name "$RUN_NAME" --wt103-dir "$WT103_DIR" --data "$DATA_BIN"
   --save-dir "$SAVE_DIR" --checkpoint "$CHECKPOINT" --results-dir "$RESULTS_DIR" --log-dir "$LOG_DIR" --splits "$SPLITS"
-  --extrapolate "$EXTRAPOLATE" --max-tokens "$MAX_TOKENS" --smoke-eval-tokens "$SMOKE_EVAL_TOKENS")
+  --protocols "$PROTOCOLS" --extrapolate "$EXTRAPOLATE" --max-tokens "$MAX_TOKENS" --smoke-eval-tokens "$SMOKE_EVAL_TOKENS")
 [ -z "$CONTEXT_WINDOW" ] || ARGS+=(--context-window "$CONTEXT_WINDOW")
 [ "$CPU" = 0 ] || ARGS+=(--cpu)
 [ "$EVAL_PRECISION" = fp32 ] || ARGS+=(--fp16)

@@ -195,17 +195,20 @@ def make_rows(args, length, train_max_tokens, extends, sizes):
         common = dict(split=split, split_tokens=int(sizes[split].sum()), words=args.words.get(split))
         rows.append(dict(common, kind="standard", name="non-overlapping", factor=1, tokens_per_sample=length,
                          context_window=0, break_mode="none", unit=length, floor=length, max_tokens=windows * length))
-        rows.append(dict(common, kind="sliding", name="sliding window", factor=1, tokens_per_sample=length,
-                         context_window=context, break_mode="none", unit=length - context, floor=length - context,
-                         max_tokens=windows * (length - context)))
-        rows.append(dict(common, kind="fairseq", name="fairseq protocol: sliding window, --sample-break-mode complete",
-                         factor=1, tokens_per_sample=length, context_window=context, break_mode="complete",
-                         unit=length - context, floor=max(length - context, longest),
-                         max_tokens=max(windows * (length - context), longest),
-                         max_target_positions=longest if longest > length and extends else None))
-        rows.append(dict(common, kind="press", name="Press et al.'s protocol: sliding window, stride 1", factor=1,
-                         tokens_per_sample=length, context_window=length - 1, break_mode="none", unit=1, floor=1,
-                         max_tokens=windows))
+        if "sliding" in args.protocols:
+            rows.append(dict(common, kind="sliding", name="sliding window", factor=1, tokens_per_sample=length,
+                             context_window=context, break_mode="none", unit=length - context, floor=length - context,
+                             max_tokens=windows * (length - context)))
+        if "fairseq" in args.protocols:
+            rows.append(dict(common, kind="fairseq", name="fairseq protocol: sliding window, --sample-break-mode complete",
+                             factor=1, tokens_per_sample=length, context_window=context, break_mode="complete",
+                             unit=length - context, floor=max(length - context, longest),
+                             max_tokens=max(windows * (length - context), longest),
+                             max_target_positions=longest if longest > length and extends else None))
+        if "press" in args.protocols:
+            rows.append(dict(common, kind="press", name="Press et al.'s protocol: sliding window, stride 1", factor=1,
+                             tokens_per_sample=length, context_window=length - 1, break_mode="none", unit=1, floor=1,
+                             max_tokens=windows))
         for k in args.extrapolate:
             if k != 1:
                 rows.append(dict(common, kind="extrapolation", name=f"non-overlapping, {k}L", factor=k,
@@ -331,6 +334,8 @@ def parse_options(argv=None):
     identity.add_argument("--results-dir", default="")
     parser.add_argument("--splits", default="valid,test")
     parser.add_argument("--context-window", type=int, default=-1, help="-1: L - L // 6 (2560 for L = 3072)")
+    parser.add_argument("--protocols", default="sliding,fairseq,press",
+                        help="rows besides the non-overlapping ones: sliding, fairseq, press (module doc)")
     parser.add_argument("--extrapolate", default="1,2,4,6", help="factors k of the k x L sweep")
     parser.add_argument("--smoke-eval-tokens", type=int, default=8192,
                         help="with --smoke: score the first lines of each split, up to this many tokens")
@@ -341,6 +346,10 @@ def parse_options(argv=None):
     args = parser.parse_args(argv)
     args.extrapolate = [int(k) for k in args.extrapolate.replace(",", " ").split()]
     args.splits = args.splits.replace(",", " ").split()
+    args.protocols = args.protocols.replace(",", " ").split()
+    unknown = sorted(set(args.protocols) - {"sliding", "fairseq", "press"})
+    if unknown:
+        fail(f"PROTOCOLS: unknown {' '.join(unknown)}; the rows are sliding, fairseq and press (non-overlapping always)")
     return args
 
 

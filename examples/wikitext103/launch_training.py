@@ -2,18 +2,24 @@
 
     python launch_training.py [options] -- FAIRSEQ_TRAIN_ARGUMENTS...
 
-One process, fairseq imported once. It adds ``--rpe-init`` (archs whose position kind learns a bias from
-it) and ``--urpe-attention-impl`` (the plugin's archs), names the run (``run_identity.run_name``), parses
-the whole command with fairseq-train's own parser, and refuses what fairseq would accept but a GPU node
-cannot run or the data cannot feed: ``--tpu`` (fairseq's options.py sets it for ``--bf16``), an arch
-without the adaptive softmax that ``--criterion adaptive_loss`` needs, adaptive cutoffs beyond the dictionary. Then the saved run, if any: a truncated ``checkpoint_last.pt`` is replaced
-by the newest intact checkpoint (``checkpoint_last_intact.py``); a run saved with other settings is
-refused, each difference named (``run_identity.differences``); a run whose ``checkpoint_last.pt`` is at
-``--max-update`` is finished, and the script exits 0 without touching it (fairseq would take one more
-update before it checks ``max_update``, and with ``--t-mult 2`` the cosine schedule restarts there).
-With ``--dry-run`` it stops after the checks, having written nothing. Otherwise its output also goes to
-the log (``tee -a``), and it trains: in this process (one device), as CPU ranks over gloo (``--cpu-procs``
-> 1; if one fails, the others are stopped), or under torchrun (GPUs).
+One process, fairseq imported once. It derives ``--update-freq`` (BATCH_TOKENS / (--max-tokens x devices),
+unless UPDATE_FREQ gives it), adds ``--rpe-init`` (archs whose position kind learns a bias from it),
+``--urpe-attention-impl`` (the plugin's archs) and ``--distributed-world-size`` (always: fairseq's default is
+this machine's GPU count, not the run's), names the run (``run_identity.run_name``), parses the whole
+command with fairseq-train's own parser, and refuses what fairseq would accept but a GPU node cannot run
+or the data cannot feed: ``--tpu`` (fairseq's options.py sets it for ``--bf16``), an arch without the
+adaptive softmax that ``--criterion adaptive_loss`` needs, adaptive cutoffs beyond the dictionary, and a
+batch other than BATCH_TOKENS (the tokens per update fairseq parses, EXTRA_ARGS included; the refusal says
+what keeps BATCH_TOKENS). Then the run's folder: a lock (``run_lock``: one training per folder and node);
+the saved run, if any, made the newest intact checkpoint (``checkpoint_last_intact.py``); a run saved with
+other settings is refused, each difference named (``run_identity.differences``: world size and
+``--update-freq`` are not among them); a run whose ``checkpoint_last.pt`` is at ``--max-update`` is
+finished, and the script exits 0 without touching it (fairseq would take one more update before it checks
+``max_update``, and with ``--t-mult 2`` the cosine schedule restarts there); a disk without room for the
+run's checkpoints is refused. With ``--dry-run`` it stops after the checks, having written nothing.
+Otherwise its output also goes to the log (``tee -a``; node R > 0: a log of its own), and it trains: in
+this process (one device), as CPU ranks over gloo (``--cpu-procs`` > 1; if one fails, the others are
+stopped), or under torchrun (GPUs). SIGTERM stops torchrun or the ranks before this process exits.
 """
 
 import argparse

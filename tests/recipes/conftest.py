@@ -50,7 +50,7 @@ KNOBS = ("ARCH", "ARCHS", "SWEEP", "SMOKE", "CPU_PROCS", "GPUS", "RUN_NAME", "BP
          "MAX_UPDATE", "WARMUP_UPDATES", "LR", "LR_PERIOD_UPDATES", "SEED", "TOKENS_PER_SAMPLE", "MAX_TOKENS",
          "BATCH_TOKENS", "PRECISION", "EVAL_PRECISION", "ATTENTION_IMPL", "RPE_INIT", "EXTRA_ARGS", "WIKITEXT_DIR",
          "MIRRORS", "EXPECTED_SIZE", "EXPECTED_SHA256", "DOWNLOAD_DIR", "SRCDICT", "DRY_RUN", "CHECK_COMMAND_FILE", "NNODES", "NODE_RANK",
-         "MASTER_ADDR", "MASTER_PORT", "GPU_PEAK_TFLOPS", "SPLITS", "CONTEXT_WINDOW", "EXTRAPOLATE", "SMOKE_EVAL_TOKENS", "CPU",
+         "MASTER_ADDR", "MASTER_PORT", "GPU_PEAK_TFLOPS", "SPLITS", "CONTEXT_WINDOW", "EXTRAPOLATE", "SMOKE_EVAL_TOKENS", "PROTOCOLS", "CPU",
          "SAVE_INTERVAL_UPDATES", "KEEP_INTERVAL_UPDATES", "LOG_INTERVAL", "NUM_WORKERS", "WORKERS")
 
 
@@ -167,7 +167,8 @@ class RecipeRuns:
         if binarize.returncode:
             return {"binarize": binarize}
         train = self.run("train.sh", SMOKE=1, ARCH=PIPELINE_ARCHS[0], RUN_NAME="bpe", MAX_UPDATE=12, WARMUP_UPDATES=2, **knobs)
-        evaluate = self.run("eval.sh", RUN_NAME="bpe", SPLITS="test", EXTRAPOLATE="1", **knobs) if train.returncode == 0 else train
+        evaluate = (self.run("eval.sh", RUN_NAME="bpe", SPLITS="test", EXTRAPOLATE="1", PROTOCOLS="sliding", **knobs)
+                    if train.returncode == 0 else train)
         return {"binarize": binarize, "train": train, "eval": evaluate}
 
     def close(self):

@@ -254,6 +254,7 @@ def test_a_row_that_runs_out_of_memory_is_evaluated_again_at_half_its_batch(monk
 
     monkeypatch.setattr(table, "run_eval_lm", run_eval_lm)
     options = argparse.Namespace(data="data", checkpoint="model.pt", cpu=False, fp16=False, context_window=-1,
+                                 protocols=["sliding"],
                                  max_tokens=0, splits=["test"], extrapolate=[1], words={"test": 100})
     rows = table.make_rows(options, 3072, 4 * 3072, True, {"test": np.array([40, 60])})
     standard, sliding = rows[0], rows[1]
@@ -307,6 +308,10 @@ def test_smoke_eval_scores_a_bounded_slice_of_each_split_and_says_so(outside, fu
                 "SMOKE_EVAL_TOKENS=100)") in run.output
     commands = eval_lm_commands(run.output)
     assert len(commands) == 14 and all(argv[0] != str(data) for argv in commands.values())
+    only = dry_run("eval.sh", outside, full_size_data, stand_in_python, DATA_BIN=data, SMOKE=1, PROTOCOLS="press",
+                   EXTRAPOLATE="1").check()
+    assert sorted(name for _, name in eval_lm_commands(only.output)) == sorted(
+        ["non-overlapping", "Press et al.'s protocol: sliding window, stride 1"] * 2)
     assert not os.path.exists(next(iter(commands.values()))[0])  # the slice's folder, removed
     whole = dry_run("eval.sh", outside, full_size_data, stand_in_python, DATA_BIN=data, SMOKE=1).check()
     assert "each evaluation scores the first 740 of its 740 tokens (3 of 3 lines; SMOKE_EVAL_TOKENS=8192): the whole split" \
