@@ -8,10 +8,17 @@ The run is found by the name train.sh gives it (``run_identity.run_name``), or `
 - ``standard``: non-overlapping blocks of the training length L, each scored from the start of its block;
 - ``sliding``: fairseq's ``--context-window C`` (blocks of L - C new tokens, each after up to C tokens of
   context), ``--sample-break-mode none``;
-- ``fairseq``: fairseq's protocol, the one behind Baevski & Auli's 18.7 (fairseq's language-model README:
-  ``--sample-break-mode complete --context-window 2560 --max-tokens 3072 --softmax-batch 1024``): the same
-  window, on blocks of whole lines;
-- ``extrapolation``: non-overlapping blocks of k x L tokens for each k of ``--extrapolate`` but 1.
+- ``fairseq``: fairseq's protocol, the one behind Baevski & Auli's 18.7 (fairseq's
+  examples/language_model/README.md at commit fb82ad1a51714de02b8a269bd4d6e9e29efeb15a: ``--sample-break-mode
+  complete --context-window 2560 --max-tokens 3072 --softmax-batch 1024``): the same window, on blocks of
+  whole lines;
+- ``press``: Press et al.'s (ALiBi's) sliding window with stride 1, ``--context-window L - 1``: one scored
+  token per window of L;
+- ``extrapolation``: non-overlapping blocks of k x L tokens for each k of ``--extrapolate`` but 1 (6: ALiBi's
+  512 -> 3072).
+
+``--protocols`` picks among sliding, fairseq and press (the standard rows always run). With ``--smoke``, every
+row scores the first lines of each split, up to ``--smoke-eval-tokens`` tokens (``sliced_data``), and says so.
 
 Batches hold what training's did: ``--max-tokens`` (default: the checkpoint's training ``--max-tokens``)
 counts the tokens of a forward, so a sliding batch is ``max_tokens // L`` windows of L tokens (fairseq's
