@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from .conftest import DISTRIBUTED_KNOBS, RECIPES, SMOKE_MAX_UPDATE, load_checkpoint, num_updates, recipe_env
+from .conftest import (DISTRIBUTED_KNOBS, RECIPES, SMOKE_MAX_UPDATE, load_checkpoint, num_updates, recipe_env, run_recipe,
+                       train_inner)
 from .dry_run import dry_run, python_here, python_side, train_args
 
 TWO_NODES = dict(GPUS=8, NNODES=2, MASTER_ADDR="node0")
@@ -51,6 +52,22 @@ def test_rerun_of_a_two_process_run_exits_0_as_finished_and_so_does_one_process(
     one = python_here("train.sh", recipe_runs.cwd, recipe_runs.wt103, stand_in_python, **dict(DISTRIBUTED_KNOBS, CPU_PROCS=1))
     assert one.returncode == 0, one.output[-3000:]
     assert finished in one.output and "--update-freq 2: 512 tokens per update" in one.output
+
+
+@pytest.mark.e2e
+def test_a_two_process_run_resumes_in_one_process_for_real_and_trains_to_its_end(recipe_runs, tmp_path):
+    """The two-process run's checkpoint at update 20 as checkpoint_last.pt, then train.sh with one process
+    (--update-freq 2, the same 512 tokens per update): fairseq loads it and trains updates 21 to 40."""
+    recipe_runs.get("distributed")["train"].check()
+    save = tmp_path / "save"
+    save.mkdir()
+    shutil.copyfile(recipe_runs.dir / "checkpoints" / "distributed" / "checkpoint_1_20.pt", save / "checkpoint_last.pt")
+    run = run_recipe("train.sh", recipe_runs.cwd, recipe_runs.wt103, **dict(DISTRIBUTED_KNOBS, CPU_PROCS=1, SAVE_DIR=save,
+                                                                          LOG_INTERVAL=1)).check()
+    assert f"== resuming from {save}/checkpoint_last.pt (update 20 of {SMOKE_MAX_UPDATE})" in run.output
+    assert f"Loaded checkpoint {save}/checkpoint_last.pt (epoch" in run.output and "@ 20 updates)" in run.output
+    assert sorted(train_inner(run.output)) == list(range(21, SMOKE_MAX_UPDATE + 1))
+    assert num_updates(load_checkpoint(save / "checkpoint_last.pt")) == SMOKE_MAX_UPDATE
 
 
 def test_a_run_saved_on_2x8_gpus_resumes_on_each_node_and_on_other_gpu_counts_keeping_its_batch(full_dry_run, tmp_path):
