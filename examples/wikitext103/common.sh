@@ -36,6 +36,11 @@ find_venv() {
   BIN=$venv/bin
 }
 
+# Where the learned relative bias b starts (RPE_INIT, --rpe-init) when RPE_INIT is not set, in every recipe:
+# zero, flat, as the URPE paper's models start (the plugin's own --rpe-init default is alibi; the recipes always
+# pass RPE_INIT explicitly).
+RPE_INIT_DEFAULT=zero
+
 # WT103_DIR holds everything the recipes write: raw/ (prepare), data-bin/ (binarize),
 # checkpoints/, logs/, tensorboard/ (train), results/ (eval, run_baselines).
 WT103_DIR=$(abspath "${WT103_DIR:-$RECIPES/out}")

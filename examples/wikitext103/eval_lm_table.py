@@ -8,10 +8,17 @@ The run is found by the name train.sh gives it (``run_identity.run_name``), or `
 - ``standard``: non-overlapping blocks of the training length L, each scored from the start of its block;
 - ``sliding``: fairseq's ``--context-window C`` (blocks of L - C new tokens, each after up to C tokens of
   context), ``--sample-break-mode none``;
-- ``fairseq``: fairseq's protocol, the one behind Baevski & Auli's 18.7 (fairseq's language-model README:
-  ``--sample-break-mode complete --context-window 2560 --max-tokens 3072 --softmax-batch 1024``): the same
-  window, on blocks of whole lines;
-- ``extrapolation``: non-overlapping blocks of k x L tokens for each k of ``--extrapolate`` but 1.
+- ``fairseq``: fairseq's protocol, the one behind Baevski & Auli's 18.7 (fairseq's
+  examples/language_model/README.md at commit fb82ad1a51714de02b8a269bd4d6e9e29efeb15a: ``--sample-break-mode
+  complete --context-window 2560 --max-tokens 3072 --softmax-batch 1024``): the same window, on blocks of
+  whole lines;
+- ``press``: Press et al.'s (ALiBi's) sliding window with stride 1, ``--context-window L - 1``: one scored
+  token per window of L;
+- ``extrapolation``: non-overlapping blocks of k x L tokens for each k of ``--extrapolate`` but 1 (6: ALiBi's
+  512 -> 3072).
+
+``--protocols`` picks among sliding, fairseq and press (the standard rows always run). With ``--smoke``, every
+row scores the first lines of each split, up to ``--smoke-eval-tokens`` tokens (``sliced_data``), and says so.
 
 Batches hold what training's did: ``--max-tokens`` (default: the checkpoint's training ``--max-tokens``)
 counts the tokens of a forward, so a sliding batch is ``max_tokens // L`` windows of L tokens (fairseq's
@@ -39,7 +46,9 @@ import json
 import logging
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 import traceback
 
@@ -52,19 +61,23 @@ from fairseq_cli import eval_lm  # isort: skip
 from fairseq_urpe import checkpoint_file  # isort: skip
 import torch
 from fairseq import checkpoint_utils, options
-from fairseq.data.indexed_dataset import MMapIndexedDataset
+import numpy as np
+from fairseq.data.indexed_dataset import MMapIndexedDataset, MMapIndexedDatasetBuilder
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from omegaconf import OmegaConf
 
 from oom_retry import with_one_retry_at_half
 from output_tee import output_teed_to
-from run_identity import arch_kind, data_folder, precision, run_name
+from run_identity import arch_kind, data_folder, precision, run_name, tokens_per_update
 
 from fairseq_urpe.fairseq_runs import evaluated_tokens, model_params
 
 SCRIPT = "eval.sh"
 SOFTMAX_BATCH = 1024  # fairseq's README
 FAIRSEQ_CONTEXT = "fairseq's protocol (--sample-break-mode complete), as behind Baevski & Auli's 18.7"
+PRESS_CONTEXT = ("Press et al.'s (ALiBi's) sliding window with stride 1 (--context-window L - 1, one scored token per "
+                 "window of L), the evaluation of their WikiText-103 comparisons; their extrapolation goes from L = 512 "
+                 "to 6L = 3,072 (the 6L row)")
 
 
 def fail(message):
@@ -91,6 +104,23 @@ def split_sizes(data, split):
     """Tokens of each line of a binarized split (its end of line included)."""
     dataset = MMapIndexedDataset(os.path.join(data, split))
     return dataset.sizes.copy()  # a copy: sizes is a view of the dataset's mmap
+
+
+def sliced_data(data, splits, tokens, folder):
+    """SMOKE's bounded evaluation: a data folder in ``folder`` whose splits hold the first lines of ``data``'s, as
+    many as fit ``tokens`` (at least one), and ``{split: (lines kept, lines, tokens kept, tokens)}``."""
+    os.symlink(os.path.join(os.path.abspath(data), "dict.txt"), os.path.join(folder, "dict.txt"))
+    kept = {}
+    for split in splits:
+        dataset = MMapIndexedDataset(os.path.join(data, split))
+        sizes = dataset.sizes
+        lines = max(1, int(np.searchsorted(np.cumsum(sizes), tokens, side="right")))
+        builder = MMapIndexedDatasetBuilder(os.path.join(folder, split + ".bin"), dtype=dataset._index.dtype)
+        for i in range(min(lines, len(sizes))):
+            builder.add_item(torch.from_numpy(np.array(dataset[i], dtype=np.int64)))
+        builder.finalize(os.path.join(folder, split + ".idx"))
+        kept[split] = (min(lines, len(sizes)), len(sizes), int(sizes[:lines].sum()), int(sizes.sum()))
+    return kept
 
 
 def eval_lm_argv(args, row, max_tokens):
@@ -173,14 +203,20 @@ def make_rows(args, length, train_max_tokens, extends, sizes):
         common = dict(split=split, split_tokens=int(sizes[split].sum()), words=args.words.get(split))
         rows.append(dict(common, kind="standard", name="non-overlapping", factor=1, tokens_per_sample=length,
                          context_window=0, break_mode="none", unit=length, floor=length, max_tokens=windows * length))
-        rows.append(dict(common, kind="sliding", name="sliding window", factor=1, tokens_per_sample=length,
-                         context_window=context, break_mode="none", unit=length - context, floor=length - context,
-                         max_tokens=windows * (length - context)))
-        rows.append(dict(common, kind="fairseq", name="fairseq protocol: sliding window, --sample-break-mode complete",
-                         factor=1, tokens_per_sample=length, context_window=context, break_mode="complete",
-                         unit=length - context, floor=max(length - context, longest),
-                         max_tokens=max(windows * (length - context), longest),
-                         max_target_positions=longest if longest > length and extends else None))
+        if "sliding" in args.protocols:
+            rows.append(dict(common, kind="sliding", name="sliding window", factor=1, tokens_per_sample=length,
+                             context_window=context, break_mode="none", unit=length - context, floor=length - context,
+                             max_tokens=windows * (length - context)))
+        if "fairseq" in args.protocols:
+            rows.append(dict(common, kind="fairseq", name="fairseq protocol: sliding window, --sample-break-mode complete",
+                             factor=1, tokens_per_sample=length, context_window=context, break_mode="complete",
+                             unit=length - context, floor=max(length - context, longest),
+                             max_tokens=max(windows * (length - context), longest),
+                             max_target_positions=longest if longest > length and extends else None))
+        if "press" in args.protocols:
+            rows.append(dict(common, kind="press", name="Press et al.'s protocol: sliding window, stride 1", factor=1,
+                             tokens_per_sample=length, context_window=length - 1, break_mode="none", unit=1, floor=1,
+                             max_tokens=windows))
         for k in args.extrapolate:
             if k != 1:
                 rows.append(dict(common, kind="extrapolation", name=f"non-overlapping, {k}L", factor=k,
@@ -200,7 +236,8 @@ def markdown(report):
         f"# {head['run']}: {head['arch']}",
         "",
         f"checkpoint `{head['checkpoint']}` ({head['num_updates']} updates, {head['params']:,} parameters), "
-        f"trained on blocks of L = {head['train_tokens_per_sample']} tokens, attention path: {head['attention_path']}; "
+        f"trained on blocks of L = {head['train_tokens_per_sample']} tokens, {head['tokens_per_update']:,} tokens per "
+        f"update, attention path: {head['attention_path']}; "
         f"data `{report['data']}` ({report['unit']}). Perplexity per word: 2 ** (loss_base2 * tokens / words).",
         "",
         "| split | evaluation | block | context | --max-tokens | tokens scored | ppl per word | ppl per token | status |",
@@ -220,7 +257,13 @@ def markdown(report):
                   "|---|" + "---:|" * len(sweep["factors"])]
         for split in report["splits"]:
             lines.append(f"| {split} | " + " | ".join(fmt(sweep["ppl_word"][split][str(k)]) for k in sweep["factors"]) + " |")
-    lines += ["", f"The fairseq-protocol row is {FAIRSEQ_CONTEXT}; the others batch by this run's training --max-tokens."]
+    lines += ["", f"The fairseq-protocol row is {FAIRSEQ_CONTEXT}; the Press et al. row is {PRESS_CONTEXT}. Each row "
+              f"batches by this run's training --max-tokens."]
+    if report.get("smoke_slice"):
+        lines += ["", "SMOKE: each evaluation scores the first lines of its split only: "
+                  + "; ".join(f"{split}, {k['tokens']:,} of {k['of_tokens']:,} tokens ({k['lines']:,} of {k['of_lines']:,} "
+                              f"lines)" for split, k in report["smoke_slice"].items())
+                  + ". A check that the evaluation runs, not a result."]
     return "\n".join(lines) + "\n"
 
 
@@ -263,13 +306,27 @@ def read_checkpoint(path, trust_code=None):
     return cfg, history[-1].get("num_updates"), (state.get("extra_state") or {}).get("previous_training_time")
 
 
+def find_precision(args, name):
+    """The PRECISION of the run when it is not given: the one of fp16 and fp32 whose run folder exists (the
+    machine that evaluates need not be the one that trained). Both: refused, naming them; neither: fp32 on CPU."""
+    if args.run_name or args.checkpoint or args.save_dir:
+        return "fp32" if args.cpu else "fp16"  # the name is not looked for
+    found = [p for p in ("fp16", "fp32")
+             if os.path.isdir(args.save_dir or os.path.join(args.wt103_dir, "checkpoints", name(p)))]
+    if len(found) > 1:
+        fail(f"both {name('fp16')} and {name('fp32')} are trained: set PRECISION=fp16 or fp32")
+    return found[0] if found else ("fp32" if args.cpu else "fp16")
+
+
 def parse_options(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     identity = parser.add_argument_group("which run (as train.sh names it)")
-    for name in ("--arch", "--rpe-init", "--precision", "--bpe", "--wt103-dir", "--data", "--log-dir"):
+    for name in ("--arch", "--rpe-init", "--bpe", "--wt103-dir", "--data", "--log-dir"):
         identity.add_argument(name, required=True)
+    identity.add_argument("--precision", default="", help="fp16 or fp32; empty: whichever of the two runs exists")
     identity.add_argument("--seed", type=int, required=True)
     identity.add_argument("--tokens-per-sample", type=int, required=True, help="the run's training length L")
+    identity.add_argument("--batch-tokens", type=int, default=73728, help="the run's tokens per update")
     identity.add_argument("--vocab", type=int, required=True)
     identity.add_argument("--smoke", type=int, default=0)
     identity.add_argument("--run-name", default="")
@@ -278,7 +335,11 @@ def parse_options(argv=None):
     identity.add_argument("--results-dir", default="")
     parser.add_argument("--splits", default="valid,test")
     parser.add_argument("--context-window", type=int, default=-1, help="-1: L - L // 6 (2560 for L = 3072)")
-    parser.add_argument("--extrapolate", default="1,2,4", help="factors k of the k x L sweep")
+    parser.add_argument("--protocols", default="sliding,fairseq,press",
+                        help="rows besides the non-overlapping ones: sliding, fairseq, press (module doc)")
+    parser.add_argument("--extrapolate", default="1,2,4,6", help="factors k of the k x L sweep")
+    parser.add_argument("--smoke-eval-tokens", type=int, default=8192,
+                        help="with --smoke: score the first lines of each split, up to this many tokens")
     parser.add_argument("--max-tokens", type=int, default=0, help="tokens per forward; 0: training's --max-tokens")
     parser.add_argument("--cpu", action="store_true")
     parser.add_argument("--fp16", action="store_true")
@@ -286,6 +347,10 @@ def parse_options(argv=None):
     args = parser.parse_args(argv)
     args.extrapolate = [int(k) for k in args.extrapolate.replace(",", " ").split()]
     args.splits = args.splits.replace(",", " ").split()
+    args.protocols = args.protocols.replace(",", " ").split()
+    unknown = sorted(set(args.protocols) - {"sliding", "fairseq", "press"})
+    if unknown:
+        fail(f"PROTOCOLS: unknown {' '.join(unknown)}; the rows are sliding, fairseq and press (non-overlapping always)")
     return args
 
 
@@ -296,8 +361,13 @@ def main(argv=None):
     if kind is None and not args.checkpoint:
         fail(f"unknown ARCH={args.arch}: no such --arch in fairseq or the plugin")
     learns = kind is not None and kind["learns_from_rpe_init"]
-    run = args.run_name or run_name(args.arch, args.tokens_per_sample, args.rpe_init if learns else None, args.seed,
-                                    args.bpe, args.vocab, args.precision, bool(args.smoke))
+
+    def name(precision_name):
+        return args.run_name or run_name(args.arch, args.tokens_per_sample, args.batch_tokens,
+                                         args.rpe_init if learns else None, args.seed, args.bpe, args.vocab,
+                                         precision_name, bool(args.smoke))
+
+    run = name(args.precision or find_precision(args, name))
     save_dir = args.save_dir or os.path.join(args.wt103_dir, "checkpoints", run)
     if not args.checkpoint:
         args.checkpoint = os.path.join(save_dir, "checkpoint_best.pt")
@@ -323,19 +393,35 @@ def main(argv=None):
         fail(f"no checkpoint {args.checkpoint}: train first (train.sh with the same knobs), or set CHECKPOINT")
     model_cfg = cfg["model"] if cfg else {}
     absolute_learned = bool(model_cfg.get("decoder_learned_pos")) and not model_cfg.get("no_token_positional_embeddings")
-    sizes = {split: split_sizes(args.data, split) for split in args.splits}
-    rows = make_rows(args, length, train_max_tokens, not absolute_learned, sizes)
-    for row in rows:
-        print(f"== {row['split']}: {row['name']}: fairseq-eval-lm {shlex.join(eval_lm_argv(args, row, row['max_tokens']))}",
-              flush=True)
-    if args.dry_run:
-        print("== DRY_RUN=1: not evaluating", flush=True)
-        return
+    args.full_data, args.slice, slice_dir = args.data, None, None
+    try:
+        if args.smoke:
+            slice_dir = tempfile.mkdtemp(prefix="smoke-eval-")
+            args.slice = sliced_data(args.data, args.splits, args.smoke_eval_tokens, slice_dir)
+            args.data = slice_dir
+            word_level = not os.path.exists(os.path.join(args.full_data, "spm.model"))
+            for split, (lines, all_lines, tokens, all_tokens) in args.slice.items():
+                print(f"== SMOKE=1: {split}: each evaluation scores the first {tokens:,} of its {all_tokens:,} tokens "
+                      f"({lines:,} of {all_lines:,} lines; SMOKE_EVAL_TOKENS={args.smoke_eval_tokens})"
+                      + ("" if tokens < all_tokens else ": the whole split"), flush=True)
+                if tokens < all_tokens:  # per word: the slice's words, known at word level (one token a word)
+                    args.words[split] = tokens if word_level else None
+        sizes = {split: split_sizes(args.data, split) for split in args.splits}
+        rows = make_rows(args, length, train_max_tokens, not absolute_learned, sizes)
+        for row in rows:
+            print(f"== {row['split']}: {row['name']}: fairseq-eval-lm "
+                  f"{shlex.join(eval_lm_argv(args, row, row['max_tokens']))}", flush=True)
+        if args.dry_run:
+            print("== DRY_RUN=1: not evaluating", flush=True)
+            return
 
-    os.makedirs(args.log_dir, exist_ok=True)
-    with output_teed_to(os.path.join(args.log_dir, f"eval-{run}.log")):
-        print(f"== {SCRIPT} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}: {args.checkpoint}", flush=True)
-        evaluate_all(args, run, rows, cfg, num_updates, train_seconds, length, results)
+        os.makedirs(args.log_dir, exist_ok=True)
+        with output_teed_to(os.path.join(args.log_dir, f"eval-{run}.log")):
+            print(f"== {SCRIPT} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}: {args.checkpoint}", flush=True)
+            evaluate_all(args, run, rows, cfg, num_updates, train_seconds, length, results)
+    finally:
+        if slice_dir:
+            shutil.rmtree(slice_dir, ignore_errors=True)
 
 
 def evaluate_all(args, run, rows, cfg, num_updates, train_seconds, length, results):
@@ -361,11 +447,14 @@ def evaluate_all(args, run, rows, cfg, num_updates, train_seconds, length, resul
     report = {
         "model": {"run": run, "arch": arch, "checkpoint": os.path.abspath(args.checkpoint), "num_updates": num_updates,
                   "params": params or 0, "train_tokens_per_sample": length, "train_max_tokens": cfg["dataset"]["max_tokens"],
+                  "tokens_per_update": tokens_per_update(cfg),
                   "rpe_init": model_cfg.get("rpe_init") if kind is not None and kind["learns_from_rpe_init"] else None,
                   "seed": cfg["common"]["seed"], "data_bin": data_folder(cfg), "precision": precision(cfg["common"]),
                   "attention_path": attention_path(train_log, plugin), "train_seconds": train_seconds},
-        "data": os.path.abspath(args.data),
-        "unit": "SentencePiece" if os.path.exists(os.path.join(args.data, "spm.model")) else "words",
+        "data": os.path.abspath(args.full_data),
+        "unit": "SentencePiece" if os.path.exists(os.path.join(args.full_data, "spm.model")) else "words",
+        "smoke_slice": ({split: {"lines": k[0], "of_lines": k[1], "tokens": k[2], "of_tokens": k[3]}
+                         for split, k in args.slice.items()} if args.slice else None),
         "splits": args.splits, "rows": rows, "extrapolation": sweep,
     }
     os.makedirs(results, exist_ok=True)

@@ -19,7 +19,7 @@
 # Knobs (environment variables; each is printed at start):
 #   SWEEP            core or full                                (default: core)
 #   ARCHS            architectures to run instead, space-separated (default: none, the sweep's)
-#   RPE_INIT         --rpe-init of the archs that learn a bias from it (default: zero)
+#   RPE_INIT         --rpe-init of the archs that learn a bias from it, as for train.sh (default: zero)
 #   GPU_PEAK_TFLOPS  dense fp16/bf16 peak of one GPU, for the cost estimate (default: 312, an A100;
 #                    V100 125, H100 SXM 989)
 #   WT103_DIR        root of the recipe's files                   (default: examples/wikitext103/out)
@@ -41,7 +41,7 @@ for knob in RUN_NAME SAVE_DIR TENSORBOARD_DIR CHECKPOINT RESULTS_DIR; do
 done
 SWEEP=${SWEEP:-core}
 ARCHS=${ARCHS:-}
-RPE_INIT=${RPE_INIT:-zero}
+RPE_INIT=${RPE_INIT:-$RPE_INIT_DEFAULT}
 GPU_PEAK_TFLOPS=${GPU_PEAK_TFLOPS:-312}
 SMOKE=${SMOKE:-0}
 DRY_RUN=${DRY_RUN:-0}

@@ -2,7 +2,7 @@
 
 A run is named by what makes it a different experiment (``run_name``):
 
-    <arch>-L<tokens per sample>[-init_<RPE_INIT>]-seed<seed>-<words | spm<VOCAB>>-<fp16 | fp32>[-smoke]
+    <arch>-L<tokens per sample>-batch<tokens per update>[-init_<RPE_INIT>]-seed<seed>-<words | spm<VOCAB>>-<fp16 | fp32>[-smoke]
 
 ``-init_<RPE_INIT>`` only for archs whose position kind learns a bias from ``--rpe-init`` (the plugin's
 registry says which: ``"rpe_init" in POSITION_KINDS[kind].reads``); for the others RPE_INIT changes
@@ -10,8 +10,10 @@ nothing, so it does not make another run.
 
 ``differences(saved, current)`` compares two fairseq configs (``checkpoint["cfg"]`` and the config the
 current command gives, both as plain dicts) setting by setting: the arch and its model options, the block length,
-the data folder (BPE/VOCAB), the tokens per update (``--max-tokens`` x world size x ``--update-freq``, so
-the GPU count may change), the optimizer and the whole learning-rate schedule, the seed and the precision.
+the data folder (BPE/VOCAB), the tokens per update (``--max-tokens`` x world size x ``--update-freq``), the
+optimizer and the whole learning-rate schedule, the seed and the precision. The world size and the counts
+derived from it (``--update-freq``, ``--max-tokens`` per device) are not compared: a run resumes on another
+number of devices, or nodes, that keeps its tokens per update.
 Model options the model derives when it is built, or that only choose how the same function is computed
 (``NOT_COMPARED``), are left out.
 ``--max-update`` is not among them: a run may be extended (its schedule, ``--lr-period-updates``, is).
@@ -91,10 +93,20 @@ def differences(saved: dict, current: dict) -> List[Tuple[str, object, object]]:
     return found
 
 
-def run_name(arch: str, tokens_per_sample: int, rpe_init: Optional[str], seed: int, bpe: str, vocab: int,
-             precision_name: str, smoke: bool) -> str:
+def batch_layouts(batch_tokens, world, length, max_tokens):
+    """``[(max_tokens, update_freq)]`` that make exactly ``batch_tokens`` per update on ``world`` devices with
+    batches of whole blocks of ``length`` tokens, at most ``max_tokens`` per device, largest batch first."""
+    if batch_tokens % world:
+        return []
+    per_device = batch_tokens // world
+    top = min(max_tokens, per_device) // length * length
+    return [(m, per_device // m) for m in range(top, 0, -length) if per_device % m == 0]
+
+
+def run_name(arch: str, tokens_per_sample: int, batch_tokens: int, rpe_init: Optional[str], seed: int, bpe: str,
+             vocab: int, precision_name: str, smoke: bool) -> str:
     """The folder name of a run (module doc); ``rpe_init`` None where the arch learns no bias from it."""
-    parts = [arch, f"L{tokens_per_sample}"]
+    parts = [arch, f"L{tokens_per_sample}", f"batch{batch_tokens}"]
     if rpe_init is not None:
         parts.append(f"init_{rpe_init}")
     parts += [f"seed{seed}", f"spm{vocab}" if bpe == "sentencepiece" else "words", precision_name]

@@ -3,9 +3,10 @@
     python sweep_runs.py --sweep core|full [--archs "A B ..."] --runs-file FILE [the defaults of a run]
 
 - ``core``: the runs that map onto published settings: fairseq's stock ``transformer_lm_wiki103``
-  (Baevski & Auli), ALiBi at L = 512 with 9,216 tokens per GPU batch (Press et al.'s WikiText-103 setting),
-  and the plugin's T5-bias RPE and URPE archs (with RPE_INIT=zero, run_baselines.sh's default, the URPE
-  paper's flat start);
+  (Baevski & Auli), ALiBi at L = 512 with 9,216 tokens per GPU batch (Press et al.'s WikiText-103 setting;
+  on a GPU count where that cannot keep the tokens per update, the largest batch of whole blocks that does,
+  4,608 on 16 GPUs), and the plugin's T5-bias RPE and URPE archs (with RPE_INIT=zero, the recipes' default,
+  the URPE paper's flat start);
 - ``full``: stock, then the RPE and URPE archs of every position kind in the plugin's registry
   (``baseline_variants()``, read when this runs: a kind registered later joins without an edit here);
 - ``--archs``: exactly those archs.
@@ -30,6 +31,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
+from run_identity import batch_layouts  # noqa: E402
 from throughput_model import MFU, RELATIVE_FACTORS, gpu_hours, hours_text  # noqa: E402
 
 from fairseq_urpe.models.architectures import ARCHITECTURES, baseline_variants  # noqa: E402
@@ -44,12 +46,23 @@ CORE = [
 SIZE_KNOBS = ("TOKENS_PER_SAMPLE", "MAX_TOKENS")
 
 
-def runs(sweep, archs, smoke):
+def fitted(knobs, batch_tokens, devices):
+    """A core run's knobs with MAX_TOKENS lowered, where needed, to the largest batch per device of whole blocks
+    that keeps ``batch_tokens`` per update on ``devices`` devices (ALiBi's 9,216 is 4,608 on 16 GPUs)."""
+    if "MAX_TOKENS" not in knobs or not devices:
+        return knobs
+    layouts = batch_layouts(batch_tokens, devices, int(knobs["TOKENS_PER_SAMPLE"]), int(knobs["MAX_TOKENS"]))
+    return dict(knobs, MAX_TOKENS=str(layouts[0][0])) if layouts else knobs
+
+
+def runs(sweep, archs, smoke, batch_tokens=73728, devices=0):
     if archs:
         return [(arch, {}) for arch in archs.split()]
     if sweep == "full":
         return [(STOCK, {})] + [(f"transformer_lm_{variant}_wiki103", {}) for variant in baseline_variants()]
-    return [(arch, {k: v for k, v in knobs.items() if not (smoke and k in SIZE_KNOBS)}) for arch, knobs in CORE]
+    if smoke:
+        return [(arch, {k: v for k, v in knobs.items() if k not in SIZE_KNOBS}) for arch, knobs in CORE]
+    return [(arch, fitted(knobs, batch_tokens, devices)) for arch, knobs in CORE]
 
 
 def check(arch, knobs):
@@ -95,7 +108,7 @@ def main(argv=None):
     parser.add_argument("--check", action="store_true", help="check every run with train.sh's DRY_RUN (module doc)")
     args = parser.parse_args(argv)
 
-    chosen = runs(args.sweep, args.archs, args.smoke)
+    chosen = runs(args.sweep, args.archs, args.smoke, args.batch_tokens, args.devices)
     print(f"== {len(chosen)} run(s), one after another:")
     total_low = total_high = 0.0
     for arch, knobs in chosen:

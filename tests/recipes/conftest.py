@@ -33,9 +33,10 @@ SMOKE_MAX_TOKENS = 256  # train.sh's SMOKE defaults: --max-tokens, tokens per up
 SMOKE_BATCH_TOKENS = 512
 SMOKE_MAX_UPDATE = 40
 PIPELINE_ARCHS = ("transformer_lm_urpe_wiki103", "transformer_lm_wiki103")
-# run_baselines.sh's run names of PIPELINE_ARCHS (its RPE_INIT default, zero; CPU: fp32)
-PIPELINE_RUNS = ("transformer_lm_urpe_wiki103-L64-init_zero-seed1-words-fp32-smoke",
-                 "transformer_lm_wiki103-L64-seed1-words-fp32-smoke")
+# run_baselines.sh's run names of PIPELINE_ARCHS (the recipes' RPE_INIT default, zero; CPU: fp32)
+PIPELINE_RUNS = ("transformer_lm_urpe_wiki103-L64-batch512-init_zero-seed1-words-fp32-smoke",
+                 "transformer_lm_wiki103-L64-batch512-seed1-words-fp32-smoke")
+DISTRIBUTED_KNOBS = dict(SMOKE=1, CPU_PROCS=2, ARCH="transformer_lm_urpe_wiki103", RUN_NAME="distributed")
 RESUME_MAX_UPDATE = 40  # the resume test: a run killed after its first checkpoint, then rerun
 RESUME_SAVE_INTERVAL = 20
 RESUME_KNOBS = dict(SMOKE=1, ARCH=PIPELINE_ARCHS[0], RUN_NAME="resume", MAX_UPDATE=RESUME_MAX_UPDATE,
@@ -49,7 +50,7 @@ KNOBS = ("ARCH", "ARCHS", "SWEEP", "SMOKE", "CPU_PROCS", "GPUS", "RUN_NAME", "BP
          "MAX_UPDATE", "WARMUP_UPDATES", "LR", "LR_PERIOD_UPDATES", "SEED", "TOKENS_PER_SAMPLE", "MAX_TOKENS",
          "BATCH_TOKENS", "PRECISION", "EVAL_PRECISION", "ATTENTION_IMPL", "RPE_INIT", "EXTRA_ARGS", "WIKITEXT_DIR",
          "MIRRORS", "EXPECTED_SIZE", "EXPECTED_SHA256", "DOWNLOAD_DIR", "SRCDICT", "DRY_RUN", "CHECK_COMMAND_FILE", "NNODES", "NODE_RANK",
-         "MASTER_ADDR", "MASTER_PORT", "GPU_PEAK_TFLOPS", "SPLITS", "CONTEXT_WINDOW", "EXTRAPOLATE", "CPU",
+         "MASTER_ADDR", "MASTER_PORT", "GPU_PEAK_TFLOPS", "SPLITS", "CONTEXT_WINDOW", "EXTRAPOLATE", "SMOKE_EVAL_TOKENS", "PROTOCOLS", "CPU",
          "SAVE_INTERVAL_UPDATES", "KEEP_INTERVAL_UPDATES", "LOG_INTERVAL", "NUM_WORKERS", "WORKERS")
 
 
@@ -141,8 +142,11 @@ class RecipeRuns:
         return self.run("run_baselines.sh", timeout=900, SMOKE=1, ARCHS=" ".join(PIPELINE_ARCHS))
 
     def _distributed(self):
-        self.get("data")["binarize"].check()  # RPE_INIT=zero: the pipeline's URPE run (run_baselines.sh's default)
-        return self.run("train.sh", SMOKE=1, CPU_PROCS=2, ARCH=PIPELINE_ARCHS[0], RUN_NAME="distributed", RPE_INIT="zero")
+        """Two CPU processes train the pipeline's URPE run; then the same command again (finished: exits 0)."""
+        self.get("data")["binarize"].check()
+        train = self.run("train.sh", **DISTRIBUTED_KNOBS)
+        rerun = self.run("train.sh", **DISTRIBUTED_KNOBS) if train.returncode == 0 else train
+        return {"train": train, "rerun": rerun}
 
     def _resume(self):
         self.get("data")["binarize"].check()
@@ -163,7 +167,8 @@ class RecipeRuns:
         if binarize.returncode:
             return {"binarize": binarize}
         train = self.run("train.sh", SMOKE=1, ARCH=PIPELINE_ARCHS[0], RUN_NAME="bpe", MAX_UPDATE=12, WARMUP_UPDATES=2, **knobs)
-        evaluate = self.run("eval.sh", RUN_NAME="bpe", SPLITS="test", EXTRAPOLATE="1", **knobs) if train.returncode == 0 else train
+        evaluate = (self.run("eval.sh", RUN_NAME="bpe", SPLITS="test", EXTRAPOLATE="1", PROTOCOLS="sliding", **knobs)
+                    if train.returncode == 0 else train)
         return {"binarize": binarize, "train": train, "eval": evaluate}
 
     def close(self):

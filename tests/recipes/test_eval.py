@@ -44,8 +44,9 @@ def test_eval_scores_every_token_in_every_setting(recipe_runs, arch):
     assert rep["unit"] == "words" and rep["model"]["params"] > 100_000
     words = json.loads((recipe_runs.dir / "data-bin" / "wikitext-103" / "words.json").read_text())
     expected = {("standard", 1): (L, 0, "none"), ("sliding", 1): (L, L - L // 6, "none"),
-                ("fairseq", 1): (L, L - L // 6, "complete"), ("extrapolation", 2): (2 * L, 0, "none"),
-                ("extrapolation", 4): (4 * L, 0, "none")}
+                ("fairseq", 1): (L, L - L // 6, "complete"), ("press", 1): (L, L - 1, "none"),
+                ("extrapolation", 2): (2 * L, 0, "none"), ("extrapolation", 4): (4 * L, 0, "none"),
+                ("extrapolation", 6): (6 * L, 0, "none")}
     assert sorted(rows) == sorted((split, kind, k) for split in ("valid", "test") for kind, k in expected)
     for (split, kind, k), row in rows.items():
         assert (row["tokens_per_sample"], row["context_window"], row["break_mode"]) == expected[kind, k]
@@ -60,7 +61,8 @@ def test_eval_scores_every_token_in_every_setting(recipe_runs, arch):
     test_row = rows["test", "standard", 1]
     assert f"| test | non-overlapping | {L} | 0 | {SMOKE_MAX_TOKENS} | {test_row['tokens']} | {test_row['ppl_word']:.2f} |" in table
     sweep = rep["extrapolation"]["ppl_word"]["test"]
-    assert f"| test | {sweep['1']:.2f} | {sweep['2']:.2f} | {sweep['4']:.2f} |" in table
+    assert f"| test | {sweep['1']:.2f} | {sweep['2']:.2f} | {sweep['4']:.2f} | {sweep['6']:.2f} |" in table
+    assert rep["smoke_slice"]["test"]["tokens"] == rep["smoke_slice"]["test"]["of_tokens"]  # the fixture fits the slice
 
 
 @pytest.mark.e2e
@@ -118,9 +120,10 @@ def test_run_baselines_ends_in_one_table_of_every_run_with_what_defines_it(recip
     records = json.loads((recipe_runs.dir / "results" / "baselines-smoke.json").read_text())
     assert [(r["arch"], r["run"]) for r in records] == list(RUNS.items())
     assert table.splitlines()[0] in run.output  # printed at the end
-    assert table.splitlines()[0].startswith("| arch | L | RPE_INIT | seed | data | precision | attention path | parameters "
-                                            "| updates | training time | valid ppl | test ppl | test, sliding window | "
-                                            "test, fairseq protocol |")
+    assert table.splitlines()[0].startswith("| arch | L | tokens per update | RPE_INIT | seed | data | precision | "
+                                            "attention path | parameters | updates | training time | valid ppl | test ppl "
+                                            "| test, sliding window | test, fairseq protocol (Baevski & Auli's 18.7) | "
+                                            "test, Press et al.'s protocol (stride 1) |")
     for record in records:
         rep = report(recipe_runs, record["arch"])
         rows = rows_by(rep)
@@ -128,7 +131,8 @@ def test_run_baselines_ends_in_one_table_of_every_run_with_what_defines_it(recip
         assert record["test_fairseq"] == rows["test", "fairseq", 1]["ppl_word"]
         assert record["test_4L"] == rows["test", "extrapolation", 4]["ppl_word"]
         assert record["train_seconds"] > 0 and (record["L"], record["seed"], record["precision"]) == (L, 1, "fp32")
-        assert f"| {record['arch']} | {L} | {record['rpe_init'] or '-'} | 1 | wikitext-103 | fp32 | {record['attention_path']} | " \
+        assert record["test_press"] == rows["test", "press", 1]["ppl_word"] and record["tokens_per_update"] == 512
+        assert f"| {record['arch']} | {L} | 512 | {record['rpe_init'] or '-'} | 1 | wikitext-103 | fp32 | {record['attention_path']} | " \
                f"{record['params']:,} | {SMOKE_MAX_UPDATE} |" in table
     urpe, stock = records
     assert urpe["rpe_init"] == "zero" and stock["rpe_init"] is None
@@ -222,7 +226,7 @@ def test_fp16_evaluation_reaches_fairseq_eval_lm_on_a_gpu_and_is_refused_on_cpu(
     data = full_size_data / "data-bin" / "wikitext-103"
     run = dry_run("eval.sh", outside, full_size_data, stand_in_python, DATA_BIN=data, CPU=0, EVAL_PRECISION="fp16").check()
     commands = eval_lm_commands(run.output)
-    assert len(commands) == 10  # 5 settings x valid, test
+    assert len(commands) == 14  # 7 settings x valid, test
     for argv in commands.values():
         args = eval_lm_args(argv)
         assert args.fp16 and not args.cpu and not args.bf16
@@ -248,6 +252,7 @@ def test_a_row_that_runs_out_of_memory_is_evaluated_again_at_half_its_batch(monk
 
     monkeypatch.setattr(table, "run_eval_lm", run_eval_lm)
     options = argparse.Namespace(data="data", checkpoint="model.pt", cpu=False, fp16=False, context_window=-1,
+                                 protocols=["sliding"],
                                  max_tokens=0, splits=["test"], extrapolate=[1], words={"test": 100})
     rows = table.make_rows(options, 3072, 4 * 3072, True, {"test": np.array([40, 60])})
     standard, sliding = rows[0], rows[1]
@@ -292,3 +297,58 @@ def test_missing_checkpoint_fails_naming_it(outside):
     assert run.returncode != 0
     assert f"eval.sh: error: no checkpoint {outside}/wt103/checkpoints/never-trained/checkpoint_last.pt" in run.output
     assert not (outside / "wt103").exists()
+
+
+def test_smoke_eval_scores_a_bounded_slice_of_each_split_and_says_so(outside, full_size_data, stand_in_python):
+    """SMOKE=1: every evaluation reads the first lines of each split up to SMOKE_EVAL_TOKENS tokens (here the
+    first line, 10 of 740 tokens), from a folder of its own that is gone afterwards."""
+    data = full_size_data / "data-bin" / "wikitext-103"
+    run = dry_run("eval.sh", outside, full_size_data, stand_in_python, DATA_BIN=data, SMOKE=1,
+                  SMOKE_EVAL_TOKENS=100).check()
+    for split in ("valid", "test"):
+        assert (f"== SMOKE=1: {split}: each evaluation scores the first 10 of its 740 tokens (1 of 3 lines; "
+                "SMOKE_EVAL_TOKENS=100)") in run.output
+    commands = eval_lm_commands(run.output)
+    assert len(commands) == 14 and all(argv[0] != str(data) for argv in commands.values())
+    only = dry_run("eval.sh", outside, full_size_data, stand_in_python, DATA_BIN=data, SMOKE=1, PROTOCOLS="press",
+                   EXTRAPOLATE="1").check()
+    assert sorted(name for _, name in eval_lm_commands(only.output)) == sorted(
+        ["non-overlapping", "Press et al.'s protocol: sliding window, stride 1"] * 2)
+    assert not os.path.exists(next(iter(commands.values()))[0])  # the slice's folder, removed
+    whole = dry_run("eval.sh", outside, full_size_data, stand_in_python, DATA_BIN=data, SMOKE=1).check()
+    assert "each evaluation scores the first 740 of its 740 tokens (3 of 3 lines; SMOKE_EVAL_TOKENS=8192): the whole split" \
+        in whole.output
+
+
+@pytest.mark.e2e
+def test_smoke_eval_on_a_slice_scores_exactly_the_slice_in_every_protocol(recipe_runs, tmp_path):
+    recipe_runs.get("baselines").check()
+    results = tmp_path / "results"
+    run = run_recipe("eval.sh", recipe_runs.cwd, recipe_runs.wt103, timeout=600, SMOKE=1, ARCH=PIPELINE_ARCHS[0],
+                     SMOKE_EVAL_TOKENS=500, SPLITS="test", RESULTS_DIR=results).check()
+    rep = json.loads((results / "eval.json").read_text())
+    kept = rep["smoke_slice"]["test"]
+    assert 400 < kept["tokens"] <= 500 < kept["of_tokens"]
+    assert f"== SMOKE=1: test: each evaluation scores the first {kept['tokens']} of its {kept['of_tokens']:,} tokens" in run.output
+    assert len(rep["rows"]) == 7
+    for row in rep["rows"]:
+        assert row["status"] == "ok" and row["tokens"] == row["split_tokens"] == row["words"] == kept["tokens"], row
+    assert "SMOKE: each evaluation scores the first lines of its split only" in (results / "eval.md").read_text()
+
+
+def test_eval_finds_the_runs_precision_where_the_machine_differs_from_the_one_that_trained(tmp_path, outside,
+                                                                                         full_size_data, stand_in_python):
+    """Trained in fp16 on GPUs, evaluated on a machine without nvidia-smi (CPU=1): eval.sh finds the fp16 run
+    instead of looking for an fp32 one; with both trained it asks for PRECISION."""
+    wt103 = tmp_path / "wt103"
+    wt103.mkdir()
+    (wt103 / "data-bin").symlink_to(full_size_data / "data-bin")
+    fp16 = "transformer_lm_urpe_wiki103-L3072-batch73728-init_zero-seed1-words-fp16"
+    (wt103 / "checkpoints" / fp16).mkdir(parents=True)
+    run = dry_run("eval.sh", outside, wt103, stand_in_python, CPU=1).check()
+    assert f"== run: {fp16} " in run.output
+    (wt103 / "checkpoints" / fp16.replace("fp16", "fp32")).mkdir()
+    both = dry_run("eval.sh", outside, wt103, stand_in_python, CPU=1)
+    assert both.returncode == 1 and "set PRECISION=fp16 or fp32" in both.output
+    assert f"== run: {fp16.replace('fp16', 'fp32')} " in dry_run("eval.sh", outside, wt103, stand_in_python, CPU=1,
+                                                                 PRECISION="fp32").check().output

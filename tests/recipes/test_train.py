@@ -64,7 +64,7 @@ def test_two_cpu_processes_train_as_one_model_with_twice_the_tokens_per_step(rec
     gradients does not depend on their order, so the weights come out equal bit for bit (observed);
     the test allows 1e-6 in case a platform's all-reduce adds in another precision.
     """
-    distributed = recipe_runs.get("distributed").check()
+    distributed = recipe_runs.get("distributed")["train"].check()
     recipe_runs.get("baselines").check()
     assert "CPU, 2 process(es), --max-tokens 256 --update-freq 1: 512 tokens per update" in distributed.output
     assert "rank 0 finished" in distributed.output and "rank 1 finished" in distributed.output
@@ -155,7 +155,7 @@ def test_rerun_with_other_settings_is_refused_naming_each_setting_and_both_value
     save = recipe_runs.dir / "checkpoints" / "resume"
     before = saved_files(save)
     changed = dict(ARCH="transformer_lm_rpe_wiki103", TOKENS_PER_SAMPLE=32, BATCH_TOKENS=1024, LR="0.5", WARMUP_UPDATES=5,
-                   RPE_INIT="zero", SEED=2, BPE="sentencepiece", VOCAB=BPE_VOCAB, GPUS=1, PRECISION="fp16")
+                   RPE_INIT="alibi", SEED=2, BPE="sentencepiece", VOCAB=BPE_VOCAB, GPUS=1, PRECISION="fp16")
     refused = python_here("train.sh", recipe_runs.cwd, recipe_runs.wt103, stand_in_python, **dict(RESUME_KNOBS, **changed))
     assert refused.returncode == 1, refused.output[-3000:]
     assert (f"train.sh: error: {save}/checkpoint_last.pt holds a run with other settings; refusing to resume it with "
@@ -165,7 +165,7 @@ def test_rerun_with_other_settings_is_refused_naming_each_setting_and_both_value
                        "BATCH_TOKENS (--max-tokens x devices x --update-freq): saved 512, now 1024",
                        "LR (--lr): saved [1.0], now [0.5]", "WARMUP_UPDATES (--warmup-updates): saved 10, now 5",
                        "LR_PERIOD_UPDATES (--lr-period-updates): saved 30.0, now 35.0",
-                       "RPE_INIT (--rpe-init): saved 'alibi', now 'zero'", "SEED (--seed): saved 1, now 2",
+                       "RPE_INIT (--rpe-init): saved 'zero', now 'alibi'", "SEED (--seed): saved 1, now 2",
                        f"BPE/VOCAB (the data-bin folder): saved 'wikitext-103', now 'wikitext-103-spm{BPE_VOCAB}'",
                        "PRECISION: saved 'fp32', now 'fp16'"):
         assert difference in refused.output, difference
@@ -192,9 +192,10 @@ def test_run_name_changes_with_each_setting_that_defines_a_run(full_dry_run):
         output = full_dry_run(GPUS=8, ARCH="transformer_lm_rpe_wiki103", **knobs).check().output
         return re.search(r"^== run: (\S+) ", output, re.M).group(1)
 
-    assert run_name() == "transformer_lm_rpe_wiki103-L3072-init_alibi-seed1-words-fp16"
-    assert run_name(RPE_INIT="zero", SEED=2, TOKENS_PER_SAMPLE=512, MAX_TOKENS=9216, PRECISION="fp32", BPE="sentencepiece",
-                    VOCAB=32000) == "transformer_lm_rpe_wiki103-L512-init_zero-seed2-spm32000-fp32"
+    assert run_name() == "transformer_lm_rpe_wiki103-L3072-batch73728-init_zero-seed1-words-fp16"
+    assert run_name(RPE_INIT="alibi", SEED=2, TOKENS_PER_SAMPLE=512, MAX_TOKENS=9216, PRECISION="fp32", BPE="sentencepiece",
+                    VOCAB=32000) == "transformer_lm_rpe_wiki103-L512-batch73728-init_alibi-seed2-spm32000-fp32"
+    assert run_name(BATCH_TOKENS=147456) == "transformer_lm_rpe_wiki103-L3072-batch147456-init_zero-seed1-words-fp16"
 
 
 def test_bf16_is_refused_before_anything_starts_saying_why(outside, full_size_data):
@@ -229,7 +230,7 @@ def test_several_nodes_need_a_master_addr_that_is_not_loopback(outside, full_siz
 
 def test_slurm_example_starts_one_train_sh_per_node_with_its_rank_and_node_0_as_master(tmp_path, full_size_data,
                                                                                       stand_in_python):
-    """slurm_train.sbatch under a stand-in srun (its command once per node, SLURM_NODEID set as srun sets it;
+    """slurm_train.sbatch (2 nodes x 8 GPUs, BATCH_TOKENS=98304) under a stand-in srun (its command once per node, SLURM_NODEID set as srun sets it;
     its options recorded) and scontrol (the allocation's host names): srun asks for the job's CPUs per task
     (since Slurm 22.05 it does not take sbatch's by itself), and each node's train.sh dry run goes through
     fairseq's parser."""
@@ -242,7 +243,8 @@ def test_slurm_example_starts_one_train_sh_per_node_with_its_rank_and_node_0_as_
         '  SLURM_NODEID=$node RECORDED_COMMAND=$PWD/node$node.command "$@" > "node$node.out" 2>&1 || exit 1\ndone\n')
     for path in bin_dir.iterdir():
         path.chmod(0o755)
-    env = recipe_env(full_size_data, DRY_RUN=1, UPDATE_FREQ=2, URPE_VENV=stand_in_python, SLURM_NNODES=2,
+    save = tmp_path / "save"
+    env = recipe_env(full_size_data, DRY_RUN=1, BATCH_TOKENS=98304, SAVE_DIR=save, URPE_VENV=stand_in_python, SLURM_NNODES=2,
                      SLURM_JOB_NODELIST="gpu[17-18]", SLURM_GPUS_PER_NODE="h100:8", SLURM_CPUS_PER_TASK=16,
                      SLURM_SUBMIT_DIR=REPO)
     env["PATH"] = f"{bin_dir}:{env['PATH']}"
@@ -262,6 +264,14 @@ def test_slurm_example_starts_one_train_sh_per_node_with_its_rank_and_node_0_as_
                                  "gpu17", "--master_port", "29500", "-m", "fairseq_cli.train"]
         args = train_args(output)
         assert args.distributed_world_size == 16 and args.update_freq == [2] and not args.tpu
+    # Resumes on every node: a checkpoint as the run on 2 x 8 GPUs saves it, then each node's rerun.
+    save.mkdir()
+    cfg = python_side("launch_training").plain_config(train_args(output))
+    torch.save({"cfg": cfg, "model": {}, "optimizer_history": [{"num_updates": 4000}], "extra_state": {}},
+               save / "checkpoint_last.pt")
+    for node in (0, 1):
+        code, output = run_recorded(tmp_path / f"node{node}.command", tmp_path)
+        assert code == 0 and f"== resuming from {save}/checkpoint_last.pt (update 4000 of 286000)" in output, output
 
 
 def test_sentencepiece_full_run_cuts_adaptive_input_and_softmax_inside_its_dictionary(full_dry_run):
@@ -367,10 +377,12 @@ def test_training_log_names_the_attention_path(recipe_runs):
     assert "attention path:" not in stock  # fairseq's own attention
 
 
-def test_gpu_count_that_cannot_keep_the_batch_is_refused_unless_update_freq_is_given(outside, full_size_data):
-    refused = run_recipe("train.sh", outside, full_size_data, timeout=60, DRY_RUN=1, GPUS=8, NNODES=2, MASTER_ADDR="node0")
-    assert refused.returncode != 0
-    assert "BATCH_TOKENS=73728 tokens per update is not a whole number of batches of MAX_TOKENS=3072 on 16 device(s)" in refused.output
+def test_gpu_count_that_cannot_keep_the_batch_is_refused_saying_what_would(full_dry_run):
+    refused = full_dry_run(GPUS=8, NNODES=2, MASTER_ADDR="node0")
+    assert refused.returncode == 1
+    assert ("BATCH_TOKENS=73728 tokens per update is not a whole number of batches of --max-tokens 3072 (MAX_TOKENS, or "
+            "EXTRA_ARGS) on 16 device(s)") in refused.output
+    assert "use a device count that divides 24" in refused.output and "== command" not in refused.output
 
 
 def test_unbinarized_data_is_refused_before_anything_is_written(tmp_path, outside):
@@ -389,39 +401,9 @@ def test_unknown_arch_is_refused_naming_it_and_the_known_ones(full_dry_run, outs
 
 
 @pytest.mark.e2e
-def test_truncated_checkpoint_last_is_replaced_by_the_newest_intact_checkpoint(recipe_runs, tmp_path):
-    """fairseq copies checkpoint_last.pt non-atomically; train.sh runs checkpoint_last_intact.py first."""
-    recipe_runs.get("distributed").check()
-    save = tmp_path / "save"
-    shutil.copytree(recipe_runs.dir / "checkpoints" / "distributed", save)
-    last, newest = save / "checkpoint_last.pt", save / "checkpoint_1_40.pt"
-    intact = subprocess.run([sys.executable, str(RECIPES / "checkpoint_last_intact.py"), str(save)],
-                            capture_output=True, text=True)
-    assert intact.returncode == 0 and intact.stdout == ""  # an intact one is left alone
-
-    data = last.read_bytes()
-    last.write_bytes(data[: len(data) // 2])
-    newest.touch()  # the newest by time
-    repaired = subprocess.run([sys.executable, str(RECIPES / "checkpoint_last_intact.py"), str(save)],
-                              capture_output=True, text=True)
-    assert repaired.returncode == 0, repaired.stderr
-    assert "resuming from checkpoint_1_40.pt" in repaired.stdout
-    assert last.read_bytes() == newest.read_bytes()
-    assert num_updates(torch.load(last, map_location="cpu", weights_only=False)) == SMOKE_MAX_UPDATE
-    assert len(list(save.glob("checkpoint_last.pt.broken-*"))) == 1
-
-    for path in save.glob("checkpoint_*_*.pt"):
-        path.unlink()
-    last.write_bytes(data[:1000])
-    stuck = subprocess.run([sys.executable, str(RECIPES / "checkpoint_last_intact.py"), str(save)],
-                           capture_output=True, text=True)
-    assert stuck.returncode == 1 and f"delete {last} to start afresh" in stuck.stderr
-    assert last.stat().st_size == 1000  # left for a person to decide
-
-
-@pytest.mark.e2e
-def test_rpe_init_zero_reaches_fairseq_train_and_the_checkpoint_and_alibi_is_train_sh_default(recipe_runs):
-    baselines = recipe_runs.get("baselines").check()  # run_baselines.sh passes RPE_INIT=zero (its default)
+def test_rpe_init_reaches_fairseq_train_and_the_checkpoint_and_zero_is_every_recipes_default(recipe_runs, full_dry_run):
+    baselines = recipe_runs.get("baselines").check()  # run_baselines.sh without RPE_INIT
+    assert "  RPE_INIT=zero" in baselines.output
     assert (f"== bias start: {URPE} (--rpe-kind t5) learns its bias b, started flat, b = 0 (RPE_INIT=zero, "
             "--rpe-init zero)") in baselines.output
     assert "== bias start: transformer_lm_wiki103 is fairseq's own arch, without a relative bias; RPE_INIT does not apply" \
@@ -430,13 +412,18 @@ def test_rpe_init_zero_reaches_fairseq_train_and_the_checkpoint_and_alibi_is_tra
     stock = load_checkpoint(smoke_dir(recipe_runs, STOCK_RUN) / "checkpoint_last.pt")
     assert "rpe_init" not in stock["cfg"]["model"]  # fairseq's own arch is not given the plugin's flag
 
-    resume = recipe_runs.get("resume")["rerun"].check()  # train.sh without RPE_INIT: ALiBi's line
-    assert "  RPE_INIT=alibi" in resume.output
-    assert (f"== bias start: {URPE} (--rpe-kind t5) learns its bias b, started on ALiBi's line -m_h|k| "
-            "(RPE_INIT=alibi, --rpe-init alibi)") in resume.output
-    assert " --rpe-init alibi " in resume.output.split("== command")[1]
+    resume = recipe_runs.get("resume")["rerun"].check()  # train.sh without RPE_INIT: the same default
+    assert "  RPE_INIT=zero" in resume.output and " --rpe-init zero " in resume.output.split("== command")[1]
     resumed = load_checkpoint(recipe_runs.dir / "checkpoints" / "resume" / "checkpoint_last.pt")
-    assert resumed["cfg"]["model"]["rpe_init"] == "alibi"
+    assert resumed["cfg"]["model"]["rpe_init"] == "zero"
+    alibi = full_dry_run(GPUS=8, RPE_INIT="alibi").check()
+    assert (f"== bias start: {URPE} (--rpe-kind t5) learns its bias b, started on ALiBi's line -m_h|k| "
+            "(RPE_INIT=alibi, --rpe-init alibi)") in alibi.output
+    assert train_args(alibi.output).rpe_init == "alibi"
+    defaults = {script: re.findall(r"^RPE_INIT=\$\{RPE_INIT:-(.*)\}$", (RECIPES / script).read_text(), re.M)
+                for script in ("train.sh", "eval.sh", "run_baselines.sh")}
+    assert defaults == {script: ["$RPE_INIT_DEFAULT"] for script in defaults}  # stated once, in common.sh
+    assert re.findall(r"^RPE_INIT_DEFAULT=(\w+)$", (RECIPES / "common.sh").read_text(), re.M) == ["zero"]
 
 
 def test_rpe_init_of_a_fixed_bias_changes_nothing_and_a_bad_value_is_refused_naming_the_knob(full_dry_run, outside,
