@@ -132,3 +132,10 @@ RULE_TEXT = {
             f"needs an arm to stay above a floor, or reads an arm that has not reached the threshold, while that "
             f"arm's curve is not flat at the budget is '{UNDER_TRAINED}'",
 }
+# When each shared rule was written, relative to the results it judges (git holds the commits).
+RULE_WRITTEN = {
+    "failed optimisation": "after the first results of the three studies were known (they averaged dead "
+                           "read-outs into 3-seed means)",
+    "ties": "after the first results of the three studies were known",
+    "flat": "after the first trained memory models were known (1000 steps, 3 seeds: no model below 0.1)",
+}

@@ -198,9 +198,59 @@ def paired_t(diffs):
 
 
 def fmt_interval(diff):
+    """``[low, high], p = ..`` and, where a Holm-adjusted p is attached (``add_holm``), ``, Holm p = ..``."""
     if diff.get("low") is None:
         return "n/a"
-    return f"[{diff['low']:.2f}, {diff['high']:.2f}], p = {diff['p']:.2g}"
+    holm_p = f", Holm p = {diff['p_holm']:.2g}" if diff.get("p_holm") is not None else ""
+    return f"[{diff['low']:.2f}, {diff['high']:.2f}], p = {diff['p']:.2g}{holm_p}"
+
+
+def holm(pvalues):
+    """Holm's step-down adjustment of ``{test: p}`` over its ``m`` tests: with the p-values in ascending order
+    ``p_(1) <= .. <= p_(m)``, ``adjusted p_(i) = max_{j <= i} min(1, (m - j + 1) p_(j))``; ``{test: adjusted}``.
+    It controls the chance of any false "not zero" among the m at the level it is read at, whatever their
+    dependence."""
+    order = sorted(pvalues, key=lambda test: pvalues[test])
+    m, running, out = len(order), 0.0, {}
+    for i, test in enumerate(order):
+        running = max(running, min(1.0, (m - i) * pvalues[test]))
+        out[test] = running
+    return out
+
+
+# init x C effects that are also rows of PAIRS: effect -> (config, against) (the same test up to its sign)
+INIT_EFFECT_PAIRS = {"C, ALiBi-line start": ("t5+C bucketed", "t5"),
+                     "C, flat start": ("t5 zero-start+C bucketed", "t5 zero-start"),
+                     "flat start, no C": ("t5", "t5 zero-start"),
+                     "flat start, with C": ("t5+C bucketed", "t5 zero-start+C bucketed")}
+
+
+def add_holm(diffs, interaction):
+    """Attach ``p_holm`` to every paired test of the sweep and return how many tests the family holds: each pair of
+    PAIRS at each length and the init x C interaction at each length (an init x C effect that is a pair's row on
+    the same seeds is that pair's test, counted once)."""
+    family = {}
+    for row in diffs:
+        for k, d in row["diff"].items():
+            if d.get("p") is not None:
+                family[(frozenset((row["config"], row["against"])), tuple(row["seeds"]), k)] = d["p"]
+    effects = []
+    if interaction:
+        for k, entry in interaction["by_factor"].items():
+            for name, e in entry["effects"].items():
+                pair = INIT_EFFECT_PAIRS.get(name)
+                key = (frozenset(pair) if pair else name, tuple(interaction["seeds"]), k)
+                if e.get("p") is not None:
+                    family.setdefault(key, e["p"])
+                    effects.append((key, e))
+    adjusted = holm(family)
+    for row in diffs:
+        for k, d in row["diff"].items():
+            if d.get("p") is not None:
+                d["p_holm"] = adjusted[(frozenset((row["config"], row["against"])), tuple(row["seeds"]), k)]
+    for key, e in effects:
+        e["p_holm"] = adjusted[key]
+    return len(family)
 
 
 def paired_differences(runs, factors):
@@ -257,8 +307,11 @@ def fmt(mean, std, digits=1):
     return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if std is not None else "")
 
 
-def markdown(a, summary, diffs, cpu, interaction=None):
+def markdown(a, summary, diffs, cpu, interaction=None, tests=None):
+    """The tables of results.md; ``tests``: the size of the Holm family (add_holm), None if not adjusted."""
     factors = a.factors
+    holm_text = (f" Then that p Holm-adjusted over the {tests} paired tests of this sweep (each pair below at "
+                 f"{', '.join(f'{k}L' for k in factors)}, and the init x C interaction at each length)." if tests else "")
     lines = [
         f"Brown corpus ({a.corpus}), vocabulary {a.vocab}; model: {a.layers} layers, width {a.embed}, FFN {a.ffn}, "
         f"{a.heads} heads, pre-norm, tied embeddings; L = {a.tokens} tokens, {a.max_update} updates of {a.max_tokens} "
@@ -289,9 +342,9 @@ def markdown(a, summary, diffs, cpu, interaction=None):
                   "initial weights); ALiBi and T5 started flat against the plugin's NoPE; T5 started on ALiBi's line "
                   "(a learnable bias) against ALiBi's fixed line, and ALiBi + C against it; KERPLE(log) against "
                   f"ALiBi and T5. Last column: the 95% t-interval of the mean difference at {factors[0]}L and the "
-                  "paired t-test's two-sided p-value.", "",
+                  "paired t-test's two-sided p-value." + holm_text, "",
                   "| config | against | seeds | " + " | ".join(f"Δ ppl {k}L" for k in factors)
-                  + f" | {factors[0]}L: 95% interval, p |",
+                  + f" | {factors[0]}L: 95% interval, p{', Holm p' if tests else ''} |",
                   "|---|---|---:|" + "---:|" * len(factors) + "---|"]
         for row in diffs:
             lines.append(f"| {row['config']} | {row['against']} | {len(row['seeds'])} | "
@@ -313,7 +366,9 @@ def interaction_markdown(table):
              f"std over seeds {' '.join(map(str, seeds))}; then the paired differences seed by seed (same seed: same "
              "data order and starting weights but for the bias's start), and the interaction: C's effect with the "
              "flat start minus C's effect with ALiBi's line; each with the 95% t-interval of its mean and the paired "
-             "t-test's two-sided p-value.", ""]
+             "t-test's two-sided p-value" + (" and that p Holm-adjusted over the sweep's paired tests (the family of "
+             "the table above)." if any("p_holm" in e for entry in table["by_factor"].values()
+                                         for e in entry["effects"].values()) else "."), ""]
     for k, entry in table["by_factor"].items():
         cells = entry["cells"]
         lines += [f"| {k}L | no C | C bucketed | C's effect (paired) |", "|---|---:|---:|---:|"]
@@ -326,7 +381,8 @@ def interaction_markdown(table):
         lines += [f"| flat minus ALiBi-line start (paired) | {fmt(entry['effects']['flat start, no C']['mean'], entry['effects']['flat start, no C']['std'], 2)} | "
                   f"{fmt(entry['effects']['flat start, with C']['mean'], entry['effects']['flat start, with C']['std'], 2)} | "
                   f"interaction {fmt(entry['effects']['interaction']['mean'], entry['effects']['interaction']['std'], 2)} |", ""]
-        lines += ["| paired difference | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± std | 95% interval, p |",
+        holm_col = ", Holm p" if any("p_holm" in e for e in entry["effects"].values()) else ""
+        lines += ["| paired difference | " + " | ".join(f"seed {s}" for s in seeds) + f" | mean ± std | 95% interval, p{holm_col} |",
                   "|---|" + "---:|" * (len(seeds) + 1) + "---|"]
         for name, effect in entry["effects"].items():
             lines.append(f"| {name} | " + " | ".join(f"{v:.2f}" for v in effect["per_seed"])
@@ -406,6 +462,23 @@ def plot(summary, runs, a):
     plt.close(fig)
 
 
+def tables(a, runs):
+    """``(cpu seconds, summary, paired differences, init x C table, Holm family size, results.md text)`` of
+    ``runs`` under the settings ``a`` (an argparse namespace, or one rebuilt from a results.json's settings)."""
+    cpu = sum(r.get("train_cpu_seconds", 0) + r.get("eval_cpu_seconds", 0) for r in runs)
+    summary = summarize(runs, a.configs, a.factors)
+    diffs = paired_differences(runs, a.factors)
+    interaction = init_by_c(runs, a.factors)
+    tests = add_holm(diffs, interaction)
+    return cpu, summary, diffs, interaction, tests, markdown(a, summary, diffs, cpu, interaction, tests)
+
+
+def tables_from_results(results):
+    """results.md's text from a results.json (its settings and runs): what ``--collect-only`` with ``REUSE`` of
+    that file writes, without the corpus."""
+    return tables(argparse.Namespace(**results["settings"]), results["runs"])[-1]
+
+
 def reuse(a, parser):
     """Seed OUT/eval/ with the finished runs of ``a.reuse`` (an earlier results.json) for the configs and seeds
     asked for, after checking that the earlier sweep's settings are this one's; run_one then skips them."""
@@ -478,15 +551,11 @@ def main(argv=None):
             print(f"[{i}/{len(jobs)}] {r['config']} seed {r['seed']}: test ppl {ppl} ({r['train_seconds']:.0f} s train)",
                   flush=True)
     wall = time.time() - start
-    cpu = sum(r.get("train_cpu_seconds", 0) + r.get("eval_cpu_seconds", 0) for r in runs)
-    summary = summarize(runs, a.configs, a.factors)
-    diffs = paired_differences(runs, a.factors)
-    interaction = init_by_c(runs, a.factors)
-    table = markdown(a, summary, diffs, cpu, interaction)
+    cpu, summary, diffs, interaction, tests, table = tables(a, runs)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}
     (a.out / "results.json").write_text(json.dumps({"settings": settings, "wall_seconds": wall, "cpu_seconds": cpu,
                                                     "summary": summary, "paired": diffs, "init_by_c": interaction,
-                                                    "runs": runs}, indent=1))
+                                                    "holm_tests": tests, "runs": runs}, indent=1))
     (a.out / "results.md").write_text(table)
     plot(summary, runs, a)
     print(table)

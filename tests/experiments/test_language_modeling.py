@@ -212,3 +212,72 @@ def test_investigation_tables_are_means_over_seeds_and_paired_differences(tmp_pa
     table = (tmp_path / "investigation.md").read_text()
     assert "| stock | 2 | 9.10 ± 0.14 | 950.0 ± 70.7 | 410.0 ± 14.1 | 305.0 ± 7.1 | 245.0 ± 7.1 |" in table
     assert (tmp_path / "investigation.png").stat().st_size > 0
+
+
+def test_holm_adjustment_by_hand():
+    """m = 4: sorted 0.005, 0.01, 0.03, 0.04 -> 4 x 0.005 = 0.02, 3 x 0.01 = 0.03, 2 x 0.03 = 0.06, then
+    max(0.06, 1 x 0.04) = 0.06 (step-down: never below an earlier adjusted p); capped at 1."""
+    got = brown_sweep.holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.005})
+    assert got == pytest.approx({"d": 0.02, "a": 0.03, "c": 0.06, "b": 0.06})
+    assert brown_sweep.holm({"x": 0.5, "y": 0.6}) == {"x": 1.0, "y": 1.0}
+    assert brown_sweep.holm({"only": 0.04}) == {"only": 0.04}  # one test: unadjusted
+
+
+def test_holm_family_counts_each_pair_per_length_and_the_interaction_once():
+    """Four T5 cells over 3 seeds at one length: the PAIRS rows among them (C at each start, the start with and
+    without C) and the interaction: 5 tests; the init x C effects that are pair rows share the rows' Holm p."""
+    ppl = {"t5": [200.0, 202.0, 201.0], "t5+C bucketed": [199.0, 200.0, 200.2],
+           "t5 zero-start": [215.0, 216.0, 216.5], "t5 zero-start+C bucketed": [214.5, 215.0, 214.0]}
+    runs = [{"config": c, "seed": s + 1, "test_ppl": {"1": v}, "curves": {"valid": []}}
+            for c, values in ppl.items() for s, v in enumerate(values)]
+    diffs, table = paired_differences(runs, [1]), init_by_c(runs, [1])
+    assert brown_sweep.add_holm(diffs, table) == 5
+    raw = {(r["config"], r["against"]): r["diff"]["1"]["p"] for r in diffs}
+    raw["interaction"] = table["by_factor"]["1"]["effects"]["interaction"]["p"]
+    expected = brown_sweep.holm(raw)
+    for r in diffs:
+        assert r["diff"]["1"]["p_holm"] == pytest.approx(expected[(r["config"], r["against"])])
+    effects = table["by_factor"]["1"]["effects"]
+    assert effects["C, flat start"]["p_holm"] == pytest.approx(expected[("t5 zero-start+C bucketed", "t5 zero-start")])
+    assert effects["interaction"]["p_holm"] == pytest.approx(expected["interaction"])
+
+
+def test_committed_results_md_is_what_collect_only_writes_from_the_committed_runs():
+    """docs/language_modeling/results.md byte for byte from results.json's settings and runs (the tables of
+    `--collect-only` with REUSE of that file), Holm-adjusted p included."""
+    results = json.loads((REPO / "docs/language_modeling/results.json").read_text())
+    text = brown_sweep.tables_from_results(results)
+    assert text == (REPO / "docs/language_modeling/results.md").read_text()
+    assert f"Holm-adjusted over the {results['holm_tests']} paired tests" in text
+
+
+def _confirmatory_runs(values):
+    """Runs of the confirmatory cells: ``values[config][seed]`` test perplexity at L."""
+    return [{"config": c, "seed": s, "test_ppl": {"1": v}} for c, by_seed in values.items() for s, v in by_seed.items()]
+
+
+def test_confirmatory_differences_verdicts_and_holm_over_its_two_tests():
+    from experiments.language_modeling import confirmatory
+
+    seeds = confirmatory.SEEDS
+    base = {c: {s: 200.0 + s for s in seeds} for c in confirmatory.CONFIGS}
+    # interaction per seed: (zero+C - zero) - (t5+C - t5) = -2 - (-1) + noise; C on KERPLE: +0.1 (wrong sign)
+    noise = dict(zip(seeds, (0.1, -0.2, 0.05, 0.0, -0.1)))
+    for s in seeds:
+        base["t5+C bucketed"][s] -= 1.0
+        base["t5 zero-start+C bucketed"][s] -= 2.0 + noise[s]
+        base["kerple+C bucketed"][s] += 0.1 + noise[s]
+    base["t5"][1] = 0.0  # seed 1 is exploratory data: never read
+    stats = confirmatory.verdicts(confirmatory.differences(_confirmatory_runs(base)))
+    inter, kerple = stats["init x C interaction"], stats["C on KERPLE"]
+    assert [round(inter["per_seed"][s], 6) for s in seeds] == [round(-1.0 - noise[s], 6) for s in seeds]
+    assert inter["p"] == pytest.approx(paired_t([-1.0 - noise[s] for s in seeds])["p"])
+    assert inter["p_holm"] == pytest.approx(brown_sweep.holm({"a": inter["p"], "b": kerple["p"]})["a"])
+    assert inter["verdict"] == "confirmed"
+    assert kerple["verdict"] == "not confirmed"  # positive mean: the other sign, whatever its p
+    del base["kerple"][10]
+    stats = confirmatory.verdicts(confirmatory.differences(_confirmatory_runs(base)))
+    assert stats["C on KERPLE"]["verdict"] == "incomplete (4 of 5 seeds)"
+    # still a family of the 2 planned tests: the incomplete one counts as p = 1
+    assert stats["init x C interaction"]["p_holm"] == pytest.approx(min(1.0, 2 * stats["init x C interaction"]["p"]))
+    assert "| C on KERPLE |" in confirmatory.markdown(stats)

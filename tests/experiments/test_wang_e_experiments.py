@@ -4,6 +4,7 @@ constructions that are exact by hand, the 2/3 floor of Prop 4.2, and each runner
 import itertools
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -376,3 +377,117 @@ def test_seeds_to_train_takes_fixed_seeds_as_given_and_otherwise_the_next_batch_
 def test_train_side_by_side_pairs_each_result_with_its_arguments(jobs):
     calls = [(2.0, 3.0), (3.0, 2.0), (5.0, 1.0)]
     assert sorted(train_side_by_side(math.pow, calls, jobs)) == sorted((c, c[0] ** c[1]) for c in calls)
+
+
+@pytest.mark.parametrize("experiment", ["adaptive", "nested", "summax"])
+def test_memory_claims_trivial_baselines_match_least_squares_on_the_tasks_own_samples(experiment):
+    """The baselines printed beside each trained table, against least squares on 40,000 samples of the task's own
+    generator: y on the mean of the T candidates (and, for sum-to-max, on the first memory's value too)."""
+    import numpy as np
+    import torch
+
+    from experiments.expressiveness import memory_claims as mc
+    from fairseq_urpe.data.memory_tasks import selector_bins
+
+    task = {"adaptive": "adaptive", "nested": "nested", "summax": "summax"}[experiment]
+    t = mc.experiment_lags(experiment)
+    rng = np.random.default_rng(0)
+    x, y = mc.memory_batch(task, t, 40_000, mc.LENGTH, rng)
+    x, y = x.double(), y.double()
+    last = mc.LENGTH - 1
+    candidates = x[:, last - t:last, 0].mean(-1)  # lags 1..T
+
+    def relative(features):
+        design = torch.stack([torch.ones_like(y), *features], -1)
+        fit = torch.linalg.lstsq(design, y[:, None]).solution
+        return float(((design @ fit).squeeze(1) - y).pow(2).mean() / y.var())
+
+    expected = mc.trivial_baselines(experiment, t)
+    assert relative([candidates]) == pytest.approx(expected["mean of the candidates"], abs=0.01)
+    if experiment == "summax":
+        first = torch.as_tensor(1 + selector_bins(x[:, last, 1].numpy(), t))
+        read = x[torch.arange(len(y)), last - first, 0]
+        assert relative([read, candidates]) == pytest.approx(expected["one memory read, the mean for the other"], abs=0.01)
+
+
+@pytest.mark.parametrize("study", ["appendix_h", "prop42", "memory_claims", "class_ceilings"])
+def test_no_train_rewrites_the_committed_tables_byte_for_byte(tmp_path, study):
+    """``--no-train`` (``--no-fit`` for the ceilings) from the committed runs files writes the committed tables
+    again: the .md byte for byte, and the .json where it holds no recomputed construction (prop42's construction
+    error is recomputed, to within 1e-10)."""
+    import importlib
+    import shutil
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "expressiveness"
+    reads = {"appendix_h": ["appendix_h_runs.jsonl", "class_ceilings.json"], "prop42": ["prop42_runs.jsonl"],
+             "memory_claims": ["memory_claims_runs.jsonl", "memory_claims_fits.json"],
+             "class_ceilings": ["class_ceilings.json"]}[study]  # what --no-train (--no-fit) reads
+    for name in reads:
+        shutil.copy(docs / name, tmp_path / name)
+    module = importlib.import_module(f"experiments.expressiveness.{study}")
+    flag = "--no-fit" if study == "class_ceilings" else "--no-train"
+    assert module.main([flag, "--out", str(tmp_path)]) == 0
+    assert (tmp_path / f"{study}.md").read_bytes() == (docs / f"{study}.md").read_bytes()
+    if study in ("appendix_h", "memory_claims"):
+        assert (tmp_path / f"{study}.json").read_bytes() == (docs / f"{study}.json").read_bytes()
+
+
+def test_class_ceilings_walsh_expansion_is_exact_on_the_eight_sign_patterns():
+    from experiments.expressiveness.class_ceilings import walsh
+
+    for name in ("relu3", "relu1", "sum3"):
+        w = walsh(name)
+        patterns, values = np.array(w["patterns"]), np.array(w["values"])
+        linear = w["c0"] + patterns @ np.array(w["linear"])
+        assert w["v_hi"] == pytest.approx(np.mean((values - linear) ** 2), abs=1e-9)  # the rest is of degree >= 2
+    assert walsh("sum3")["linear"] == pytest.approx([1.0, 1.0, 1.0]) and walsh("sum3")["var"] == pytest.approx(3.0)
+    assert walsh("relu1")["v_hi"] == pytest.approx(0.0, abs=1e-9)  # relu1 is affine in x_99 on +-1 inputs
+    assert walsh("relu3")["v_hi"] > 0.05 * walsh("relu3")["var"]
+
+
+def test_class_ceilings_t5_any_read_out_by_hand_and_against_empirical_conditional_means():
+    """sum3 and relu1 are affine in the target lags, so E[y | S] = sum_i c_i S_i / n_i and the ceiling is
+    1 - sum_i c_i^2 / n_i / Var y (by hand: 1 - (1/6 + 1/7 + 1/14) / 3 for sum3). relu3: the exact value against
+    the mean of y within each cell of bucket sums over 400,000 samples (independent of the formula)."""
+    from experiments.expressiveness.class_ceilings import bucket_sizes, t5_bayes, walsh
+
+    sizes = bucket_sizes(1000, (48, 56, 99))
+    assert sizes == [6, 7, 14]
+    assert t5_bayes(walsh("sum3"), sizes) / 3 == pytest.approx(1 - (1 / 6 + 1 / 7 + 1 / 14) / 3)
+    w1 = walsh("relu1")
+    assert t5_bayes(w1, sizes) / w1["var"] == pytest.approx(1 - 1 / 14)
+    w = walsh("relu3")
+    rng = np.random.default_rng(0)
+    n = 400_000
+    x = rng.choice([1.0, -1.0], size=(n, 3))
+    rest = [rng.binomial(k - 1, 0.5, n) * 2 - (k - 1) for k in sizes]  # the other n_i - 1 signs of each bucket
+    s = np.stack([x[:, i] + rest[i] for i in range(3)], -1)
+    table = {tuple(p): v for p, v in zip(map(tuple, w["patterns"]), w["values"])}
+    y = np.array([table[tuple(row)] for row in x])
+    cells = {}
+    for key, value in zip(map(tuple, s.astype(int)), y):
+        cells.setdefault(key, []).append(value)
+    empirical = sum(np.sum((np.array(v) - np.mean(v)) ** 2) for v in cells.values()) / n
+    assert empirical == pytest.approx(t5_bayes(w, sizes), rel=0.02)
+    assert t5_bayes(w, sizes) / w["var"] < 1 - sum(c * c / k for c, k in zip(w["linear"], sizes)) / w["var"]
+
+
+def test_class_ceilings_affine_figure_is_the_least_squares_error_at_the_slopes_found():
+    """The lin/log figure: ||c - K a||^2 at the best amplitudes for the returned slopes, plus the variance of
+    degree >= 2, over Var y; recomputed here with numpy's least squares."""
+    from experiments.expressiveness.class_ceilings import affine_ceiling, walsh
+    from experiments.expressiveness.memory_claims import kernel_basis
+
+    length, lags = 200, (48, 56, 99)
+    for name, kind in (("relu3", "lin"), ("sum3", "log")):
+        w = walsh(name, lags)
+        got = affine_ceiling(kind, w, length, lags, dict(grid=(1, 2), restarts=2, iters=20))
+        for h, cell in got.items():
+            basis = kernel_basis(kind, torch.tensor(cell["slopes"], dtype=torch.float64), length).numpy()
+            c = np.zeros(length)
+            c[list(lags)] = w["linear"]
+            a, *_ = np.linalg.lstsq(basis, c, rcond=None)
+            expected = (np.sum((basis @ a - c) ** 2) + w["v_hi"]) / w["var"]
+            assert cell["relative"] == pytest.approx(expected, rel=1e-6, abs=1e-9)
+            assert w["v_hi"] / w["var"] - 1e-12 <= cell["relative"] <= 1 + 1e-12
+        assert got[2]["relative"] <= got[1]["relative"] + 1e-12  # warm starts: never worse with more heads
