@@ -31,13 +31,13 @@ changes one assumption of "model", on both sides; the range is the least and the
                   that fits once "no overlap"
     atomics       the float32 atomics' bytes added after the max, at L2 bandwidth, not overlapped
                   (a read-modify-write in L2 that the warps wait on)
-    wide issue    issue = warps x n / 8: an upper bound on dual issue (an instruction stream that never
-                  stalls and pairs every uniform-datapath instruction); the tensor-bound side gains less
+    wide issue    issue = warps x n / 8: issue time halved, an optimistic bound (instructions counted that
+                  cost no issue slot of their own, e.g. the uniform datapath's); the tensor-bound side gains less
 
 The stand-in's absolute speed (causal FLOPs 7 L^2 d per head over its modelled time) is printed per column
 beside FlashAttention-2's published figures, and a column enters the range only where it puts the
-stand-in within 1.5x of them (``admissible``; the others are printed, marked). Left out on both sides: prologues and epilogues, the O(T)
-kernels (delta, dQ's conversion, table conversions: a few per cent), waves (programs over SMs), wgmma
+stand-in within 1.5x of them (``admissible``; the others are printed, marked). Left out on both sides:
+prologues and epilogues, the O(T) kernels (delta, dQ's conversion, table conversions: a few per cent), waves (programs over SMs), wgmma
 latency and the dependency of each product on the softmax before it (what FlashAttention-3's warp
 specialisation hides), and shared-memory bandwidth.
 """
@@ -279,7 +279,8 @@ def per_score_table(results: dict, capabilities=(90,), dropout: bool = False) ->
                          f"{r['forward_near']:.1f} | {r['forward_far']:.1f} | {ff:.1f} | {r['backward_near']:.1f} | "
                          f"{r['backward_far']:.1f} | {fb:.1f} | {r['forward_near'] / ff:.2f}x, "
                          f"{r['backward_near'] / fb:.2f}x | "
-                         + (f"{r['forward_far'] / ff:.2f}x, {r['backward_far'] / fb:.2f}x |" if far else "(none run) |"))
+                         + (f"{r['forward_far'] / ff:.2f}x, {r['backward_far'] / fb:.2f}x |" if far
+                            else "(none run) |"))
     return "\n".join(lines)
 
 

@@ -27,11 +27,11 @@ MAX_TILE = 128  # the most rows (keys) of a tile: in-tile offsets (MAX_TILE - 1)
 # (the far share needs it). 16-bit is checked on every architecture (sm_86 takes smaller dK/dV tiles than
 # sm_80's, which spill there; at head dim 128 its forward and dQ take 16 keys, as 64x32 and 16x32 spill 8
 # bytes without padding in float16 under one triton or the other); TF32 and float32 (not what training
-# runs) on sm_90 only: TF32 at head dim 128 spills a little in dK/dV with any tile that keeps wgmma. "far_dq": "dkdv" (where the far share
-# applies, far_dq_fits): dK/dV's far tiles add their dQ by atomics and dQ's kernel skips them; set where
-# that compiles without spills under both tritons (without padding, the only case it runs in) and the
-# compile report prices it below dQ's far loop (sm_80/86 at head dim 128 spill with it). Untimed:
-# python -m benchmarks.fused_kernel --blocks tries others on a GPU.
+# runs) on sm_90 only: TF32 at head dim 128 spills a little in dK/dV with any tile that keeps wgmma.
+# "far_dq": "dkdv" (where the far share applies, far_dq_fits): dK/dV's far tiles add their dQ by atomics
+# and dQ's kernel skips them; set where that compiles without spills under both tritons (without padding,
+# the only case it runs in) and the compile report prices it below dQ's far loop (sm_80/86 at head dim 128
+# spill with it). Untimed: python -m benchmarks.fused_kernel --blocks tries others on a GPU.
 GPU_BLOCKS = {
     ("sm_90", "16-bit", 64): dict(forward=(128, 64, 8, 2), dkdv=(32, 128, 8, 2), dq=(64, 32, 4, 2), far_dq="dkdv"),
     ("sm_90", "16-bit", 128): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(64, 16, 4, 2), far_dq="dkdv"),
