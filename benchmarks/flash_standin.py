@@ -25,9 +25,11 @@ import triton.language as tl
 
 PHILOX_ROUNDS = tl.constexpr(7)
 # Tiles (BLOCK_M, BLOCK_N, warps, stages) per (architecture, head dim) on a GPU; the interpreter's below.
-# sm_90: of the candidates in docs/performance.md, the fewest modelled cycles (with and without dropout)
-# among those that spill no register under triton 3.9.0 and 3.7.1. sm_80 (A100 and the 99 KB class):
-# the sm_90 tiles, not tuned (the model is Hopper's).
+# sm_90: tiles that spill no register under triton 3.9.0 and 3.7.1, with and without dropout.
+# FlashAttention-2's own backward tiles spill here (triton 3.9.0, sm_90, no dropout: 128x128 on 8 warps at
+# head dim 64, 112 bytes; 64x128 on 8 warps at 128, 220 bytes); the backward runs 64x64 on 4 warps and
+# 16x128 on 8 (32x128 and 64x64 on 8 warps also compile without spills at 128 without dropout). sm_80 (A100 and the 99 KB class): the sm_90 tiles, not tuned (the model is Hopper's; they
+# spill there, the compile report says how much).
 GPU_BLOCKS = {
     ("sm_90", 64): dict(forward=(128, 128, 8, 2), backward=(64, 64, 4, 2)),
     ("sm_90", 128): dict(forward=(64, 64, 4, 2), backward=(16, 128, 8, 2)),

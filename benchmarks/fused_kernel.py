@@ -8,8 +8,9 @@ On a CUDA GPU (the speed target: length 2048, head dim 64, bfloat16, forward+bac
     python -m benchmarks.fused_kernel                                 # checks against the reference, then times
     python -m benchmarks.fused_kernel --blocks '{"forward": [64, 64, 4]}'   # try other tiles
 
-Anywhere (no GPU needed): compile the kernels for sm_90 and sm_80 and report registers, spills, shared memory:
-    python -m benchmarks.fused_kernel --compile-check
+Anywhere (no GPU needed): compile the kernels for sm_90, sm_80 and sm_86 and report registers, spills, shared
+memory, and the SASS (``nvdisasm``) of each loop iteration and per score:
+    python -m benchmarks.fused_kernel --compile-check            # COMPILE_CONFIGS; --points: the model's only
 """
 
 import argparse
@@ -40,21 +41,21 @@ def load(name: str, path: str = None):
     return importlib.import_module(f"{package}.{name}")
 
 
-# What the compile check covers: (capability, dtype, head dim, attention dropout[, variant]). The dropout
-# variants need the most registers (where spills would show first); fp16 compiles like bf16. fp32 twice:
-# TF32 products (what auto runs where torch allows TF32) and full-precision ones (what
-# --urpe-attention-impl fused forces). "no padding": both tables, no key padding (a language model's
-# training batches: the performance model prices these; the far share, and dQ of far tiles in dK/dV
-# where the tiles ask for it). "flash": benchmarks/flash_standin.py, the model's SDPA flash. The model's
-# two points: d64 bf16 (GPT-2 small's heads) and d128 fp16 (the _wiki103 archs'). sm_86: the 99 KB class.
-COMPILE_CONFIGS = [
+# What the compile check covers: (capability, dtype, head dim, attention dropout[, variant]). Without a
+# variant: all tables and key padding (the variant with the most registers, where spills would show
+# first). fp32 twice: TF32 products (what auto runs where torch allows TF32) and full-precision ones (what
+# --urpe-attention-impl fused forces). POINT_CONFIGS: the performance model's two points, d64 bf16 (GPT-2
+# small's heads, L 2048) and d128 fp16 (the _wiki103 archs', L 3072), on sm_90, sm_80 and sm_86 (the 99 KB
+# class), with and without dropout, for three kernels: "t5" (both tables, no key padding, tables with a
+# constant tail as T5's: the far share, and dQ of far tiles in dK/dV where the tiles ask for it),
+# "alibi" (both tables, no key padding, tables that reach T as ALiBi's: no far share, no far tiles run)
+# and "flash" (benchmarks/flash_standin.py, the model's SDPA flash).
+POINTS = (("bf16", 64), ("fp16", 128))
+POINT_CONFIGS = [(cap, dtype, head_dim, dropout, variant) for cap in (90, 80, 86) for dtype, head_dim in POINTS
+                 for dropout in (False, True) for variant in ("t5", "alibi", "flash")]
+COMPILE_CONFIGS = POINT_CONFIGS + [
     (90, "bf16", 64, False), (90, "bf16", 64, True), (90, "bf16", 128, False), (90, "bf16", 128, True),
     (90, "fp16", 128, True),
-    (90, "bf16", 64, False, "no padding"), (90, "bf16", 64, True, "no padding"),
-    (90, "fp16", 128, False, "no padding"), (90, "fp16", 128, True, "no padding"),
-    (90, "bf16", 64, False, "flash"), (90, "bf16", 64, True, "flash"),
-    (90, "fp16", 128, False, "flash"), (90, "fp16", 128, True, "flash"),
-    (80, "bf16", 64, True, "no padding"), (86, "bf16", 64, True, "no padding"),
     (90, "fp32-tf32", 64, False), (90, "fp32", 64, False), (90, "fp32-tf32", 128, False),
     (80, "bf16", 64, False), (80, "bf16", 64, True), (80, "bf16", 128, True),
     (86, "bf16", 64, True), (86, "bf16", 128, True),
@@ -65,10 +66,11 @@ _ELEMENT = {"bf16": ("bf16", "ieee"), "fp16": ("fp16", "ieee"), "fp32": ("fp32",
 
 def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 64, blocks=None, report=True,
                     dropout: bool = False, kernel=None, only=("forward", "dkdv", "dq"), tables=(True, True),
-                    padding: bool = True):
+                    padding: bool = True, tail: bool = True):
     """Compile forward, dK/dV and dQ kernels (``only``; "delta" adds the delta kernel) for
     ``sm_<capability>`` without a GPU (by default all tables and padding on) with the tiles the kernel
-    chooses for that architecture.
+    chooses for that architecture. ``tail``: the tables are constant from some distance on (as T5's), so
+    that without padding the far share applies; ``False``: they reach T (as ALiBi's), no far share.
 
     ``dtype``: bf16, fp16, fp32 (full-precision products) or fp32-tf32. Returns per kernel a dict: tiles,
     registers and spilled bytes (``None`` where ptxas could not be asked), shared memory, and from the PTX
@@ -94,7 +96,7 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
                   D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), PRECISION=precision, ACC=tl.float32,
                   EXP2=True)
     # The forward's far share where a long sequence would use it, and the backward's far-tile constexprs
-    far_share = tiles.far_share_fits(cfg, any(tables), padding)
+    far_share = tail and tiles.far_share_fits(cfg, any(tables), padding)
     far_consts = tiles.far_flags(cfg, far_share)
     far_dq = far_consts["dq"].get("FAR_DQ", False)
     jobs = {
@@ -146,7 +148,8 @@ def compile_one(fn, wanted: dict, pointers: dict, scalars: dict, tiles, capabili
     compiled = triton.compile(source, target=target, options=options.__dict__)
     ptx = compiled.asm["ptx"]
     return dict(tiles=(block_m, block_n, warps, stages), shared_bytes=compiled.metadata.shared,
-                **_ptxas_usage(ptx, capability), **ptx_instructions(ptx))
+                **_ptxas_usage(ptx, capability), **ptx_instructions(ptx),
+                sass=sass_instructions(compiled.asm["cubin"], block_m * block_n / (32 * warps)))
 
 
 def print_usage(title: str, r: dict):
@@ -157,6 +160,10 @@ def print_usage(title: str, r: dict):
                                     f"{x['async_copies']} async copies, "
                                     f"{x['shared_loads']}/{x['shared_stores']} shared loads/stores)"
                                     for x in r["loops"]), flush=True)
+    if r.get("sass"):
+        print("    SASS per loop iteration: " + "; ".join(
+            f"{x['instructions']} ({x['per_score']} per score; MUFU {x['mufu']}, shared {x['shared']}, SHFL "
+            f"{x['shuffle']}, RED/ATOM {x['atomics']}, MMA {x['mma']})" for x in r["sass"]["loops"]), flush=True)
 
 
 def compile_flash_standin(capability: int = 90, dtype: str = "bf16", head_dim: int = 64, dropout: bool = False,
@@ -221,6 +228,81 @@ def _count_instructions(ptx: str):
         shared_stores=len(re.findall(r"\bst\.shared", ptx)) + len(re.findall(r"\bstmatrix", ptx)),
         atomics=atomics,
     )
+
+
+# SASS opcodes (the mnemonic before its first dot) by what they use: the special-function unit, shared
+# memory (loads, stores, matrix loads/stores, shared atomics), warp shuffles, global atomics/reductions,
+# tensor-core products (Ampere's warp-level HMMA, Hopper's warpgroup HGMMA), global memory (LDGSTS: the
+# asynchronous global -> shared copy) and barriers.
+SASS_CLASSES = {
+    "mufu": ("MUFU",), "shared": ("LDS", "STS", "LDSM", "STSM", "ATOMS"), "shuffle": ("SHFL",),
+    "atomics": ("RED", "REDG", "ATOM", "ATOMG"), "mma": ("HMMA", "HGMMA"),
+    "global": ("LDG", "STG", "LDGSTS", "UTMALDG", "UBLKCP"), "barriers": ("BAR",),
+}
+_SASS_LINE = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)([.\w]*)(.*)$")
+_SASS_LABEL = re.compile(r"^(\.L_x_\d+):")
+
+
+def sass_instructions(cubin: bytes, scores_per_thread: float) -> dict:
+    """:func:`parse_sass` of what ``nvdisasm -c`` (bundled with Triton) prints for ``cubin``; None where
+    Triton has no nvdisasm."""
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    if not os.path.exists(tool) or not cubin:
+        return None
+    with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+    try:
+        text = subprocess.run([tool, "-c", f.name], capture_output=True, text=True, check=True).stdout
+    finally:
+        os.unlink(f.name)
+    return parse_sass(text, scores_per_thread)
+
+
+def parse_sass(text: str, scores_per_thread: float) -> dict:
+    """Counts of the SASS instructions in ``text`` (nvdisasm's listing) by ``SASS_CLASSES``: in the whole
+    kernel (static: in the code, not executed), and per loop (``loops``: one entry per loop over tiles,
+    the instructions of one iteration, in address order).
+
+    A loop is found by its back edge: a branch (``BRA``, predicated or not) to a label at a lower address
+    than the branch itself; its iteration is every instruction from the label to the branch, both
+    included. A loop whose range lies inside another's is counted in it and not listed (``inner_loops``
+    says how many it holds); a branch to itself (the idle ``BRA`` after the last ``EXIT``) is no loop.
+    ``NOP`` (alignment padding) is not counted. ``per_score``: thread-instructions per score of the tile,
+    ``instructions x 32 warps / (BLOCK_M x BLOCK_N)``, i.e. ``instructions / scores_per_thread``.
+    """
+    code, labels, branches = [], {}, []  # opcodes; label -> index in code; (index, target label)
+    for line in text.splitlines():
+        label = _SASS_LABEL.match(line.strip())
+        if label:
+            labels[label.group(1)] = len(code)
+            continue
+        m = _SASS_LINE.match(line)
+        if not m or m.group(2) == "NOP":
+            continue
+        if m.group(2) == "BRA":
+            target = re.search(r"(\.L_x_\d+)", m.group(4))
+            if target:
+                branches.append((len(code), target.group(1)))
+        code.append(m.group(2))
+    spans = sorted({(labels[t], i) for i, t in branches if t in labels and labels[t] < i})
+    loops = []
+    for a, b in spans:
+        if any(c <= a and b <= d and (c, d) != (a, b) for c, d in spans):
+            continue  # inside another loop
+        loop = _count_sass(code[a:b + 1])
+        loop["per_score"] = round(loop["instructions"] / scores_per_thread, 2)
+        loop["inner_loops"] = sum(1 for c, d in spans if a <= c and d <= b and (c, d) != (a, b))
+        loops.append(loop)
+    return dict(_count_sass(code), loops=loops)
+
+
+def _count_sass(opcodes) -> dict:
+    out = {"instructions": len(opcodes)}
+    for name, members in SASS_CLASSES.items():
+        out[name] = sum(1 for op in opcodes if op in members)
+    return out
 
 
 def _ptxas_usage(ptx: str, capability: int):
@@ -335,7 +417,7 @@ def check_and_time(args):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--compile-check", action="store_true",
-                        help="compile for sm_90 and sm_80 (COMPILE_CONFIGS, or --dtype/--head-dim if given); no GPU needed")
+                        help="compile for sm_90, sm_80, sm_86 (COMPILE_CONFIGS, or --dtype/--head-dim if given); no GPU needed")
     parser.add_argument("--kernel-file", default=None,
                         help="compile the kernels of this copy of fairseq_urpe/kernels instead (e.g. an older commit's)")
     parser.add_argument("--batch", type=int, default=4)
@@ -346,6 +428,7 @@ def main(argv=None):
     parser.add_argument("--dtype", default=None, choices=["bfloat16", "float16", "float32"],
                         help="default bfloat16 (timing); all of COMPILE_CONFIGS (compile)")
     parser.add_argument("--blocks", default=None, help="JSON overriding the kernel's tiles, e.g. '{\"dq\": [64, 32, 4, 2]}'")
+    parser.add_argument("--points", action="store_true", help="compile only POINT_CONFIGS (the model's entries)")
     parser.add_argument("--only", nargs="+", default=None, help="compile only these configs, by name (e.g. 'sm_90 bf16 d64')")
     parser.add_argument("--json", default="benchmarks/results/fused_kernel.json")
     args = parser.parse_args(argv)
@@ -356,7 +439,7 @@ def main(argv=None):
     if args.compile_check:
         blocks = json.loads(args.blocks) if args.blocks else None
         kernel = load("fused_urpe_attention", args.kernel_file)
-        configs = COMPILE_CONFIGS
+        configs = POINT_CONFIGS if args.points else COMPILE_CONFIGS
         if args.dtype or args.head_dim:
             short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-tf32", None: "bf16"}[args.dtype]
             configs = [(cap, short, args.head_dim or 64, False) for cap in (90, 80)]
@@ -371,7 +454,7 @@ def main(argv=None):
                     results[name] = compile_flash_standin(cap, dtype, head_dim, dropout)
                 else:
                     results[name] = compile_kernels(cap, dtype, head_dim, blocks, dropout=dropout, kernel=kernel,
-                                                    padding=config[4:] != ("no padding",))
+                                                    padding=not config[4:], tail=config[4:] != ("alibi",))
             except Exception as error:  # e.g. a kernel without dropout; the others still compile
                 results[name] = f"not compiled: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
                 print(f"{name}: {results[name]}", flush=True)

@@ -1,37 +1,45 @@
 """The performance model of docs/performance.md: forward + backward time of the fused URPE kernel against
-SDPA flash on an H100/H200, predicted from the compile report (no GPU needed), at two points:
+SDPA flash on an H100/H200, predicted from the compile report's SASS (no GPU needed), at two points:
 
-    README     L = 2048, d = 64, bf16   (GPT-2 small's heads)
-    recipe     L = 3072, d = 128, fp16, attention dropout 0.1   (the _wiki103 archs: 8 heads)
+    L2048 d64 bf16    GPT-2 small's heads (the README's point)
+    L3072 d128 fp16   the _wiki103 archs (the recipe's point)
 
-SDPA flash is ``benchmarks/flash_standin.py``: FlashAttention-2's shape (causal forward; one-pass backward,
-dQ by float32 atomics on every tile), no tables, compiled by the same path. URPE has the default
-``transformer_lm_urpe`` tables: T5's 32 buckets up to distance 128, constant from distance 113 on
-(``MODEL_FAR``), so most of its tiles are far tiles (scalar tables).
+for two kinds of tables: "t5" (transformer_lm_urpe's default, T5's 32 buckets up to distance 128, constant
+from distance 113 on: ``MODEL_FAR``, so most tiles are far tiles with scalar tables) and "alibi" (tables
+that reach T, as ALiBi's, log, KERPLE or learned ones: no far tiles). SDPA flash is
+``benchmarks/flash_standin.py``: FlashAttention-2's shape (causal forward; one-pass backward, dQ by
+float32 atomics on every tile), no tables, compiled by the same path.
 
-Per kernel and per iteration of its loop over tiles (one (BLOCK_M, BLOCK_N) tile of one (batch, head)):
+Per kernel and per iteration of its loop over tiles (one (BLOCK_M, BLOCK_N) tile of one (batch, head)),
+with n the SASS instructions of that loop's iteration (``nvdisasm``; the compile report's ``sass``):
 
-    issue cycles  = warps x (PTX instructions per iteration) / 4     4 schedulers per SM, one warp-instruction
-                                                                      per cycle each; one program per SM
-    tensor cycles = 2 x BLOCK_M x BLOCK_N x d x (products) / 4096    16-bit dense: 989 TFLOP/s = 4096 FLOP
-                                                                      per cycle per SM (132 SMs, 1.83 GHz)
-    cycles        = max(issue, tensor)                               ("model")
+    issue  = warps x n / 4                          4 schedulers per SM, one warp-instruction per cycle each
+    mufu   = warps x 32 x (MUFU in n) / 16          16 special-function results per SM per cycle (exp2, rcp)
+    tensor = 2 BLOCK_M BLOCK_N d x products / 4096  16-bit dense, 989 TFLOP/s = 4096 FLOP per SM cycle
+    l2     = bytes from L2 / 22.8                   5.5 TB/s over 132 SMs at 1.83 GHz: the tiles the loop
+                                                    loads (2-byte elements, row statistics, table slices)
+                                                    and its float32 atomics (dQ, table gradients)
+    cycles = max(issue, mufu, tensor, l2)           ("model": the pipes overlap perfectly)
 
 summed over the causal tiles, each kind of tile (far, near, on the diagonal) with its own loop's count.
-The prediction is URPE's sum over flash's; clock, SM count and batch x heads cancel. The range is the
-least and the most of the ratio under each of these alternatives, one at a time:
+The ratio is URPE's sum over the stand-in's: clock, SM count and batch x heads cancel. Each other column
+changes one assumption of "model", on both sides; the range is the least and the most of them:
 
-    no overlap    cycles = issue + tensor (the warps hide no tensor-core latency behind instructions)
-    calibrated    + a fixed number of cycles per iteration on both sides, so that the stand-in runs at
-                  FlashAttention-2's published 232 TFLOP/s (H100, causal, d64, L 2k, fwd+bwd) instead of
-                  the model's figure (the latency the model leaves out, as the same cost per tile)
-    occupancy     a kernel whose registers let 2+ programs share an SM priced "model", one that fits
-                  once per SM (255 registers x 8 warps) "no overlap"
-    atomics       dQ's float32 atomics priced at L2 bandwidth (5.5 TB/s over 132 SMs: 22.8 bytes per SM
-                  cycle) and not overlapped: flash on every backward tile, URPE on its far dK/dV tiles
+    no L2         l2 = 0: loads and atomics free (the model without its bandwidth term)
+    no overlap    cycles = max(issue, mufu) + tensor + l2 (no warp hides another's latency)
+    occupancy     a kernel that fits 2+ programs per SM (registers, shared memory) priced "model", one
+                  that fits once "no overlap"
+    atomics       the float32 atomics' bytes added after the max, at L2 bandwidth, not overlapped
+                  (a read-modify-write in L2 that the warps wait on)
+    wide issue    issue = warps x n / 8: issue time halved, an optimistic bound (instructions counted that
+                  cost no issue slot of their own, e.g. the uniform datapath's); the tensor-bound side gains less
 
-Left out on both sides: prologues and epilogues, the O(T) kernels (delta, dQ's conversion, table
-conversions: a few per cent), waves (programs / SMs), the table gradients' atomics (URPE's, per diagonal).
+The stand-in's absolute speed (causal FLOPs 7 L^2 d per head over its modelled time) is printed per column
+beside FlashAttention-2's published figures, and a column enters the range only where it puts the
+stand-in within 1.5x of them (``admissible``; the others are printed, marked). Left out on both sides:
+prologues and epilogues, the O(T) kernels (delta, dQ's conversion, table conversions: a few per cent), waves (programs over SMs), wgmma
+latency and the dependency of each product on the softmax before it (what FlashAttention-3's warp
+specialisation hides), and shared-memory bandwidth.
 """
 
 import functools
@@ -46,20 +54,28 @@ POINTS = {  # label: (length, head dim, dtype, heads as the arch has them)
     "L2048 d64 bf16": (2048, 64, "bf16", 16),
     "L3072 d128 fp16": (3072, 128, "fp16", 8),
 }
+KINDS = ("t5", "alibi")
+CASES = {"no dropout": ("", ""), "dropout / flash without": (" dropout", ""),
+         "dropout / flash with": (" dropout", " dropout")}
+PRINTED_CASES = ("no dropout", "dropout / flash without")  # (predict() has all three)
 # matrix products per iteration: QK^T, PV; + dO V^T, dP^T dO, dS^T Q; dQ's QK^T, dO V^T, dS K; flash all five
 PRODUCTS = {"forward": 2, "dkdv": 4, "dq": 3, "backward": 5}
-LOOP_ROLES = {  # which loop of a kernel's PTX (in order) runs which tiles
+LOOP_ROLES = {  # which loop of a kernel (in order) runs which tiles
     "forward": ("far", "near", "on"), "dq": ("far", "near", "on"), "dkdv": ("on", "near", "far"),
     "flash forward": ("near", "on"), "flash backward": ("on", "near"),
 }
 URPE_KERNELS, FLASH_KERNELS = ("forward", "dkdv", "dq"), ("forward", "backward")
 TENSOR_FLOP_PER_CYCLE = 4096
+MUFU_PER_CYCLE = 16  # per SM (4 per scheduler), sm_90's special-function units
 CLOCK_HZ, SMS = 1.83e9, 132
-FLASH_PUBLISHED_TFLOPS = 232.0  # FlashAttention-2, H100, causal, d64, L 2k, forward + backward
+# FlashAttention-2's README, H100 80GB SXM5, causal, forward + backward (read from its plot): TFLOP/s by point
+FLASH_PUBLISHED_TFLOPS = {"L2048 d64 bf16": 232.0, "L3072 d128 fp16": 280.0}
+PUBLISHED_WITHIN = 1.5  # a scenario enters the range where it puts the stand-in within this factor of them
 L2_BYTES_PER_SM_CYCLE = 5.5e12 / (SMS * CLOCK_HZ)
-REGISTERS_PER_SM = 65536
+REGISTERS_PER_SM, SHARED_PER_SM = 65536, 228 * 1024
 MODEL_FAR = 113  # T5RelativeBias(H, 32, 128).constant_from: the default transformer_lm_urpe's tables
-SCENARIOS = ("model", "no overlap", "calibrated", "occupancy", "atomics")
+SCENARIOS = ("model", "no L2", "no overlap", "occupancy", "atomics", "wide issue")
+ELEMENT_BYTES = 2
 
 
 def iterations(kernel: str, block_m: int, block_n: int, length: int = LENGTH):
@@ -88,18 +104,36 @@ def _kernel_module():
 
 
 def programs_per_sm(usage: dict) -> int:
-    """Programs of this kernel that fit on one SM by registers (the model's other limits are not binding)."""
+    """Programs of this kernel that fit on one SM by registers and shared memory."""
     threads = usage["tiles"][2] * 32
-    return REGISTERS_PER_SM // (threads * max(usage.get("registers") or 255, 1))
+    by_registers = REGISTERS_PER_SM // (threads * max(usage.get("registers") or 255, 1))
+    return min(by_registers, SHARED_PER_SM // max(usage.get("shared_bytes") or 1, 1))
+
+
+def loop_bytes(kernel: str, role: str, usage: dict, head_dim: int, flash: bool = False):
+    """``(loaded, atomic)``: bytes one iteration reads from L2 (its tiles of q/k/v/dO, row statistics,
+    table slices) and adds by float32 atomics (dQ; URPE's near-tile table gradients)."""
+    block_m, block_n = usage["tiles"][:2]
+    tables = 0 if flash or role == "far" else 2 * (block_m + block_n - 1) * 4  # b and c slices, float32
+    if kernel in ("forward", "dq"):  # loops over keys: K, V tiles
+        loaded, atomic = 2 * block_n * head_dim * ELEMENT_BYTES + tables, 0
+        if kernel == "dq" and role != "far":  # per-diagonal sums of both tables
+            atomic = 2 * (block_m + block_n - 1) * 4
+    else:  # loops over queries: Q, dO tiles and row statistics
+        loaded, atomic = 2 * block_m * head_dim * ELEMENT_BYTES + 3 * block_m * 4 + tables, 0
+        if flash or (role == "far" and usage.get("far_dq_grid")):  # dQ added by atomics
+            atomic = 4 * block_m * head_dim
+    return loaded, atomic
 
 
 def kernel_cycles(kernel: str, usage: dict, far=None, head_dim: int = HEAD_DIM, length: int = LENGTH,
-                  scenario: str = "model", per_iteration: float = 0.0, flash: bool = False):
+                  scenario: str = "model", flash: bool = False, count: str = "sass"):
     """Cycles of one (batch, head) of ``kernel`` from its compile-report entry ``usage``, with tables
-    constant from distance ``far`` on (``None``: no far tiles, as without tables); ``flash``: the entry is
-    the stand-in's. ``scenario``: one of ``SCENARIOS`` (``per_iteration``: the calibrated cycles)."""
+    constant from distance ``far`` on (``None``: no far tiles, as tables that reach T); ``flash``: the
+    entry is the stand-in's. ``scenario``: one of ``SCENARIOS``. ``count``: "sass" (the loops nvdisasm
+    finds) or "ptx" (the PTX's, ``usage["loops"]``)."""
     block_m, block_n, warps = usage["tiles"][:3]
-    loops = [loop["instructions"] for loop in usage["loops"]]
+    loops = usage["sass"]["loops"] if count == "sass" else usage["loops"]
     roles = LOOP_ROLES[f"flash {kernel}" if flash else kernel]
     if len(loops) != len(roles):
         raise ValueError(f"{kernel}: {len(loops)} loops in the compile report; the model knows {len(roles)}")
@@ -115,51 +149,40 @@ def kernel_cycles(kernel: str, usage: dict, far=None, head_dim: int = HEAD_DIM, 
             skipped = far_tiles(kernel, length, far, block_m, block_n, usage["far_dq_grid"])
     if "far" not in per:  # a kernel without the far-tile loop runs its near loop there
         per["far"] = per["near"]
-    products = {role: PRODUCTS[kernel] for role in per}
-    atomic_bytes = {role: 0 for role in per}
-    if kernel == "dkdv" and usage.get("far_dq_grid"):  # its far tiles' dS K as well, added by atomics
-        products["far"] += 1
-        atomic_bytes["far"] = 4 * block_m * head_dim
-    if flash and kernel == "backward":
-        atomic_bytes = {role: 4 * block_m * head_dim for role in per}
-    overlap = scenario != "no overlap" and (scenario != "occupancy" or programs_per_sm(usage) >= 2)
+    overlap = scenario not in ("no overlap", "occupancy") or (scenario == "occupancy" and programs_per_sm(usage) >= 2)
     cycles = {}
-    for role, n in per.items():
-        issue, tensor = warps * n / 4, 2 * block_m * block_n * head_dim * products[role] / TENSOR_FLOP_PER_CYCLE
-        cycles[role] = max(issue, tensor) if overlap else issue + tensor
-        if scenario == "calibrated":
-            cycles[role] += per_iteration
+    for role, loop in per.items():
+        products = PRODUCTS[kernel] + (1 if kernel == "dkdv" and role == "far" and usage.get("far_dq_grid") else 0)
+        issue = warps * loop["instructions"] / (8 if scenario == "wide issue" else 4)
+        mufu = warps * 32 * loop.get("mufu", 0) / MUFU_PER_CYCLE
+        tensor = 2 * block_m * block_n * head_dim * products / TENSOR_FLOP_PER_CYCLE
+        loaded, atomic = loop_bytes(kernel, role, usage, head_dim, flash) if count == "sass" else (0, 0)
+        l2 = 0.0 if scenario == "no L2" else (loaded + atomic) / L2_BYTES_PER_SM_CYCLE
+        cycles[role] = max(issue, mufu, tensor, l2) if overlap else max(issue, mufu) + tensor + l2
         if scenario == "atomics":
-            cycles[role] += atomic_bytes[role] / L2_BYTES_PER_SM_CYCLE
+            cycles[role] += atomic / L2_BYTES_PER_SM_CYCLE
     return (far_count - skipped) * cycles["far"] + (below - far_count) * cycles["near"] + on * cycles["on"]
 
 
-def _iterations_per_head(entry: dict, kernels, length: int, far=None, flash: bool = False) -> int:
-    """Loop iterations of one (batch, head) over ``kernels`` (what the calibration adds a cost to)."""
-    ones = {k: dict(entry[k], loops=[{"instructions": 0}] * len(entry[k]["loops"])) for k in kernels}
-    return sum(kernel_cycles(k, ones[k], far, 0, length, "calibrated", 1.0, flash) for k in kernels)
+def _sum(entry, kernels, head_dim, length, far, scenario, flash):
+    return sum(kernel_cycles(k, entry[k], far, head_dim, length, scenario, flash) for k in kernels)
 
 
-def _sum(entry, kernels, head_dim, length, far, scenario, per_iteration, flash):
-    return sum(kernel_cycles(k, entry[k], far, head_dim, length, scenario, per_iteration, flash) for k in kernels)
-
-
-def calibration(results: dict) -> float:
-    """Cycles per loop iteration the stand-in needs beyond the model to run at FlashAttention-2's published
-    speed at d64, L 2048 (the latency the model leaves out); used at both points."""
-    flash = results["sm_90 bf16 d64 flash"]
-    modelled = _sum(flash, FLASH_KERNELS, 64, 2048, None, "model", 0.0, True)
-    flop = 7 * 2048 ** 2 * 64  # causal forward (2 products) + backward (2.5x): 3.5 x 2 T^2 d / 2 x 2
-    real = flop / (FLASH_PUBLISHED_TFLOPS * 1e12 / (SMS * CLOCK_HZ))
-    return max(real - modelled, 0.0) / _iterations_per_head(flash, FLASH_KERNELS, 2048, flash=True)
-
-
-def modelled_tflops(results: dict, point: str = "L2048 d64 bf16", dropout: bool = False) -> float:
-    """The stand-in's speed as the model (no calibration) has it, fwd+bwd, causal FLOPs."""
+def standin_tflops(results: dict, point: str, scenario: str = "model", dropout: bool = False) -> float:
+    """The stand-in's speed in the model, fwd+bwd, causal FLOPs (7 L^2 d per head) on 132 SMs."""
     length, head_dim, dtype, _ = POINTS[point]
     flash = results[f"sm_90 {dtype} d{head_dim}{' dropout' if dropout else ''} flash"]
-    cycles = _sum(flash, FLASH_KERNELS, head_dim, length, None, "model", 0.0, True)
+    cycles = _sum(flash, FLASH_KERNELS, head_dim, length, None, scenario, True)
     return 7 * length ** 2 * head_dim / (cycles / CLOCK_HZ) * SMS / 1e12
+
+
+def admissible(standin: dict, point: str):
+    """The scenarios whose modelled stand-in (``standin``: TFLOP/s per scenario, without dropout) lies
+    within ``PUBLISHED_WITHIN`` of FlashAttention-2's published speed at ``point``: those the range spans
+    (all of them where none does)."""
+    published = FLASH_PUBLISHED_TFLOPS[point]
+    kept = tuple(s for s in SCENARIOS if 1 / PUBLISHED_WITHIN <= standin[s] / published <= PUBLISHED_WITHIN)
+    return kept or SCENARIOS
 
 
 def load_results(report_path: str = COMPILE_REPORT):
@@ -171,80 +194,162 @@ def load_results(report_path: str = COMPILE_REPORT):
 
 
 def predict(report_path: str = COMPILE_REPORT):
-    """Per point (``POINTS``) and case, ``{"model": ratio, "range": (least, most), <scenario>: ratio}``:
-    fused URPE fwd+bwd time / the stand-in's, from the compile report's sm_90 entries without key padding.
-    Cases: "no dropout" (both without), "dropout / flash without" (the speed target's denominator),
-    "dropout / flash with" (SDPA flash with the same dropout). None where the report lacks an entry.
-    The README point's "no dropout" and "dropout" (over flash without) are also at the top level."""
+    """Per point (``POINTS``), kind (``KINDS``) and case (``CASES``), ``{<scenario>: ratio, "range":
+    (least, most)}``: fused URPE fwd+bwd time / the stand-in's, from the compile report's sm_90 entries
+    without key padding. Cases: "no dropout" (both without), "dropout / flash without" (the speed
+    target's denominator), "dropout / flash with" (SDPA flash with the same dropout). ``"standin"``: per
+    point the stand-in's TFLOP/s per scenario. The README point's T5 ranges are also at the top level
+    ("no dropout range", "dropout range"). None where the report lacks an entry."""
     results = load_results(report_path)
     if results is None:
         return None
     names = [f"sm_90 {dt} d{d}{dr} {v}" for _, d, dt, _ in POINTS.values() for dr in ("", " dropout")
-             for v in ("no padding", "flash")]
-    if not all(isinstance(results.get(n), dict) for n in names):
+             for v in KINDS + ("flash",)]
+    if not all(isinstance(results.get(n), dict) and results[n]["forward"].get("sass") for n in names):
         return None
-    per_iteration = calibration(results)
-    out = {"calibration_cycles_per_iteration": per_iteration}
+    out = {}
     for point, (length, head_dim, dtype, _) in POINTS.items():
-        entry = {(dr, v): results[f"sm_90 {dtype} d{head_dim}{dr} {v}"] for dr in ("", " dropout")
-                 for v in ("no padding", "flash")}
-        cases = {"no dropout": ("", ""), "dropout / flash without": (" dropout", ""),
-                 "dropout / flash with": (" dropout", " dropout")}
-        out[point] = {}
-        for case, (urpe_dropout, flash_dropout) in cases.items():
-            ratios = {}
-            for scenario in SCENARIOS:
-                urpe = _sum(entry[urpe_dropout, "no padding"], URPE_KERNELS, head_dim, length, MODEL_FAR, scenario,
-                            per_iteration, False)
-                flash = _sum(entry[flash_dropout, "flash"], FLASH_KERNELS, head_dim, length, None, scenario,
-                             per_iteration, True)
-                ratios[scenario] = urpe / flash
-            out[point][case] = dict(ratios, range=(min(ratios.values()), max(ratios.values())))
-        out[point]["registers"] = {
-            "urpe": sorted({entry[dr, "no padding"][k]["registers"] for dr in ("", " dropout") for k in URPE_KERNELS}),
-            "flash": sorted({entry[dr, "flash"][k]["registers"] for dr in ("", " dropout") for k in FLASH_KERNELS})}
-    readme = out["L2048 d64 bf16"]
-    out["no dropout"], out["dropout"] = readme["no dropout"]["model"], readme["dropout / flash without"]["model"]
+        standin = {s: standin_tflops(results, point, s) for s in SCENARIOS}
+        kept = admissible(standin, point)
+        out[point] = {"standin": standin, "admissible": kept}
+        for kind in KINDS:
+            far = MODEL_FAR if kind == "t5" else None
+            out[point][kind] = {}
+            for case, (urpe_dropout, flash_dropout) in CASES.items():
+                urpe = results[f"sm_90 {dtype} d{head_dim}{urpe_dropout} {kind}"]
+                flash = results[f"sm_90 {dtype} d{head_dim}{flash_dropout} flash"]
+                ratios = {s: _sum(urpe, URPE_KERNELS, head_dim, length, far, s, False)
+                          / _sum(flash, FLASH_KERNELS, head_dim, length, None, s, True) for s in SCENARIOS}
+                inside = [ratios[s] for s in kept]
+                out[point][kind][case] = dict(ratios, range=(min(inside), max(inside)))
+    readme = out["L2048 d64 bf16"]["t5"]
     out["no dropout range"] = readme["no dropout"]["range"]
     out["dropout range"] = readme["dropout / flash without"]["range"]
     return out
 
 
 def predicted_line(label: str = "no dropout") -> str:
-    """"predicted 1.23x (1.10-1.40x; docs/performance.md)" or "no prediction" without a compile report."""
+    """"predicted 1.10-1.40x (docs/performance.md)" or "no prediction" without a compile report."""
     prediction = predict()
-    if not prediction or label not in prediction:
+    if not prediction or label + " range" not in prediction:
         return "no prediction (run python -m benchmarks.fused_kernel --compile-check)"
     low, high = prediction[label + " range"]
-    return (f"predicted {prediction[label]:.2f}x, range {low:.2f}-{high:.2f}x "
-            "(compile-report model, docs/performance.md)")
+    return f"predicted {low:.2f}-{high:.2f}x (compile-report model, docs/performance.md)"
+
+
+def per_score_rows(results: dict, capability: int = 90, dropouts=("", " dropout")):
+    """SASS thread-instructions per score of each loop, URPE against the stand-in, per point, kind and
+    dropout: forward near (far) loop over the stand-in's forward below-diagonal loop; backward near (far):
+    dK/dV's plus dQ's near (far) loops over the stand-in's one-pass below-diagonal loop. With the far share
+    and dQ in dK/dV, dQ's far loop runs few tiles and dK/dV's far loop already holds dS K: the far backward
+    is dK/dV's far loop alone there."""
+    rows = []
+    for point, (_, head_dim, dtype, _) in POINTS.items():
+        for dropout in dropouts:
+            flash = results.get(f"sm_{capability} {dtype} d{head_dim}{dropout} flash")
+            if not isinstance(flash, dict):
+                continue
+            f_fwd = dict(zip(LOOP_ROLES["flash forward"], flash["forward"]["sass"]["loops"]))["near"]["per_score"]
+            f_bwd = dict(zip(LOOP_ROLES["flash backward"], flash["backward"]["sass"]["loops"]))["near"]["per_score"]
+            for kind in KINDS:
+                urpe = results.get(f"sm_{capability} {dtype} d{head_dim}{dropout} {kind}")
+                if not isinstance(urpe, dict):
+                    continue
+                loops = {k: dict(zip(LOOP_ROLES[k], urpe[k]["sass"]["loops"])) for k in URPE_KERNELS}
+                score = {k: {r: x["per_score"] for r, x in v.items()} for k, v in loops.items()}
+                near_bwd = score["dkdv"]["near"] + score["dq"]["near"]
+                far_bwd = score["dkdv"]["far"] + (0 if urpe["dkdv"].get("far_dq_grid") else score["dq"]["far"])
+                rows.append(dict(capability=capability, point=point, dropout=bool(dropout), kind=kind,
+                                 forward_near=score["forward"]["near"], forward_far=score["forward"]["far"],
+                                 backward_near=near_bwd, backward_far=far_bwd, flash_forward=f_fwd,
+                                 flash_backward=f_bwd))
+    return rows
+
+
+def per_score_table(results: dict, capabilities=(90,), dropout: bool = False) -> str:
+    lines = ["SASS per score (thread-instructions per tile entry, one loop iteration), URPE and the stand-in "
+             "(flash); near: tiles below the diagonal within the tables, far: past them",
+             "", "| sm | point | dropout | tables | fwd near | fwd far | flash fwd | bwd near | bwd far | flash bwd | "
+             "near fwd, bwd | far fwd, bwd |", "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
+    for cap in capabilities:
+        for r in per_score_rows(results, cap, ("", " dropout") if dropout else ("",)):
+            ff, fb = r["flash_forward"], r["flash_backward"]
+            far = r["kind"] == "t5"  # tables that reach T run no far tile
+            lines.append(f"| {cap} | {r['point']} | {'yes' if r['dropout'] else 'no'} | {r['kind']} | "
+                         f"{r['forward_near']:.1f} | {r['forward_far']:.1f} | {ff:.1f} | {r['backward_near']:.1f} | "
+                         f"{r['backward_far']:.1f} | {fb:.1f} | {r['forward_near'] / ff:.2f}x, "
+                         f"{r['backward_near'] / fb:.2f}x | "
+                         + (f"{r['forward_far'] / ff:.2f}x, {r['backward_far'] / fb:.2f}x |" if far
+                            else "(none run) |"))
+    return "\n".join(lines)
+
+
+def loop_table(results: dict, config: str = "sm_90 bf16 d64") -> str:
+    """Each loop's SASS per iteration of the ``config`` entries (T5 tables and the stand-in, no dropout)."""
+    lines = [f"SASS per loop iteration, {config}, no dropout (t5 tables; the stand-in)", "",
+             "| kernel | loop | tile, warps | SASS | per score | MUFU | shared | SHFL | RED/ATOM | MMA |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for variant, kernels in (("t5", URPE_KERNELS), ("flash", FLASH_KERNELS)):
+        entry = results[f"{config} {variant}"]
+        for kernel in kernels:
+            usage = entry[kernel]
+            roles = LOOP_ROLES[f"flash {kernel}" if variant == "flash" else kernel]
+            m, n, w = usage["tiles"][:3]
+            for role, x in zip(roles, usage["sass"]["loops"]):
+                lines.append(f"| {'flash ' if variant == 'flash' else ''}{kernel} | {role} | {m}x{n}, {w} | "
+                             f"{x['instructions']} | {x['per_score']:.1f} | {x['mufu']} | {x['shared']} | "
+                             f"{x['shuffle']} | {x['atomics']} | {x['mma']} |")
+    return "\n".join(lines)
 
 
 def table(prediction: dict, results: dict) -> str:
     """The prediction as ``python -m benchmarks.gpu_check.prediction`` prints it."""
     lines = ["fused URPE fwd+bwd time / SDPA flash's (stand-in: benchmarks/flash_standin.py), H100/H200, predicted "
-             "from benchmarks/results/fused_kernel_compile.json", "",
-             "| point | case | model | range | " + " | ".join(SCENARIOS[1:]) + " |",
-             "|---|---|---|---|" + "---|" * (len(SCENARIOS) - 1)]
+             "from the SASS in benchmarks/results/fused_kernel_compile.json", "",
+             "| point | tables | case | range | " + " | ".join(SCENARIOS) + " |",
+             "|---|---|---|---|" + "---|" * len(SCENARIOS)]
     for point in POINTS:
-        for case in ("no dropout", "dropout / flash without", "dropout / flash with"):
-            r = prediction[point][case]
-            lines.append(f"| {point} | {case} | {r['model']:.2f}x | {r['range'][0]:.2f}-{r['range'][1]:.2f}x | "
-                         + " | ".join(f"{r[s]:.2f}x" for s in SCENARIOS[1:]) + " |")
-    lines.append("")
+        for kind in KINDS:
+            for case in PRINTED_CASES:
+                r = prediction[point][kind][case]
+                kept = prediction[point]["admissible"]
+                lines.append(f"| {point} | {kind} | {case} | {r['range'][0]:.2f}-{r['range'][1]:.2f}x | "
+                             + " | ".join(f"{r[s]:.2f}x{'' if s in kept else '*'}" for s in SCENARIOS) + " |")
+    lines += ["", "the stand-in's fwd+bwd TFLOP/s without dropout in the model, beside FlashAttention-2's published "
+              "figure (H100, causal):", "",
+              "| point | range | " + " | ".join(SCENARIOS) + " | FlashAttention-2 | range / published |",
+              "|---|---|" + "---|" * len(SCENARIOS) + "---|---|"]
     for point in POINTS:
-        regs = prediction[point]["registers"]
-        lines.append(f"{point}: registers URPE {regs['urpe']}, flash {regs['flash']}; the stand-in modelled at "
-                     f"{modelled_tflops(results, point):.0f} TFLOP/s without dropout")
-    lines += [f"calibrated: {prediction['calibration_cycles_per_iteration']:.0f} cycles per loop iteration on both "
-              f"sides (the stand-in at {FLASH_PUBLISHED_TFLOPS:.0f} TFLOP/s at L2048 d64)",
-              "dropout: attention dropout 0.1 on URPE; 'flash without' divides by SDPA flash without dropout (the "
-              "speed target's denominator), 'flash with' by SDPA flash with dropout 0.1"]
+        t, kept = prediction[point]["standin"], prediction[point]["admissible"]
+        low, high, published = min(t[s] for s in kept), max(t[s] for s in kept), FLASH_PUBLISHED_TFLOPS[point]
+        lines.append(f"| {point} | {low:.0f}-{high:.0f} | " + " | ".join(f"{t[s]:.0f}{'' if s in kept else '*'}"
+                                                                         for s in SCENARIOS)
+                     + f" | {published:.0f} | {low / published:.2f}-{high / published:.2f}x |")
+    lines += ["", f"*: outside the range: the scenario puts the stand-in more than {PUBLISHED_WITHIN}x from "
+              "FlashAttention-2's published speed at that point (the range spans the others)",
+              "t5: transformer_lm_urpe's default tables (constant from distance 113: far tiles); alibi: tables "
+              "that reach T (no far tiles). dropout: attention dropout 0.1 on URPE over SDPA flash without dropout (the "
+              "speed target's denominator)"]
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
-    prediction = predict()
+def main(argv=None):
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--report", default=COMPILE_REPORT, help="the compile report to price")
+    parser.add_argument("--sm", type=int, nargs="+", default=[90], help="architectures of the SASS-per-score table")
+    parser.add_argument("--dropout", action="store_true", help="the SASS-per-score table with dropout too")
+    args = parser.parse_args(argv)
+    prediction = predict(args.report)
     if prediction is None:
         raise SystemExit("no prediction: run python -m benchmarks.fused_kernel --compile-check")
-    print(table(prediction, load_results()))
+    print(table(prediction, load_results(args.report)))
+    print()
+    print(per_score_table(load_results(args.report), tuple(args.sm), args.dropout))
+    print()
+    print(loop_table(load_results(args.report)))
+
+
+if __name__ == "__main__":
+    main()

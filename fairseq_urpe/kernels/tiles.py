@@ -25,19 +25,20 @@ MAX_TILE = 128  # the most rows (keys) of a tile: in-tile offsets (MAX_TILE - 1)
 # (3.7.1, 3.9.0), with wgmma on sm_90 wherever there are tensor cores to use. The dK/dV tile holds 32 to
 # 128 keys; its query step is 16 at head dim 128 (32 spills on sm_90). dQ's tiles divide the forward's
 # (the far share needs it). 16-bit is checked on every architecture (sm_86 takes smaller dK/dV tiles than
-# sm_80's, which spill there); TF32 and float32 (not what training runs) on sm_90 only: TF32 at head dim
-# 128 spills a little in dK/dV with any tile that keeps wgmma. "far_dq": "dkdv" (where the far share
-# applies, far_dq_fits): dK/dV's far tiles add their dQ by atomics and dQ's kernel skips them; set where
-# that compiles without spills under both tritons (without padding, the only case it runs in) and the
-# compile report prices it below dQ's far loop (sm_80/86 at head dim 128 spill with it). Untimed:
-# python -m benchmarks.fused_kernel --blocks tries others on a GPU.
+# sm_80's, which spill there; at head dim 128 its forward and dQ take 16 keys, as 64x32 and 16x32 spill 8
+# bytes without padding in float16 under one triton or the other); TF32 and float32 (not what training
+# runs) on sm_90 only: TF32 at head dim 128 spills a little in dK/dV with any tile that keeps wgmma.
+# "far_dq": "dkdv" (where the far share applies, far_dq_fits): dK/dV's far tiles add their dQ by atomics
+# and dQ's kernel skips them; set where that compiles without spills under both tritons (without padding,
+# the only case it runs in) and the compile report prices it below dQ's far loop (sm_80/86 at head dim 128
+# spill with it). Untimed: python -m benchmarks.fused_kernel --blocks tries others on a GPU.
 GPU_BLOCKS = {
     ("sm_90", "16-bit", 64): dict(forward=(128, 64, 8, 2), dkdv=(32, 128, 8, 2), dq=(64, 32, 4, 2), far_dq="dkdv"),
     ("sm_90", "16-bit", 128): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(64, 16, 4, 2), far_dq="dkdv"),
     ("sm_80", "16-bit", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 128, 8, 2), dq=(128, 16, 8, 2), far_dq="dkdv"),
     ("sm_80", "16-bit", 128): dict(forward=(64, 32, 8, 2), dkdv=(16, 32, 8, 2), dq=(16, 32, 4, 1)),
     ("sm_86", "16-bit", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(128, 16, 8, 2), far_dq="dkdv"),
-    ("sm_86", "16-bit", 128): dict(forward=(64, 32, 8, 2), dkdv=(16, 32, 8, 2), dq=(16, 32, 4, 1)),
+    ("sm_86", "16-bit", 128): dict(forward=(64, 16, 8, 2), dkdv=(16, 32, 8, 2), dq=(16, 16, 4, 1)),
     ("sm_90", "tf32", 64): dict(forward=(128, 32, 8, 2), dkdv=(16, 64, 8, 2), dq=(128, 32, 8, 2)),
     ("sm_90", "tf32", 128): dict(forward=(128, 32, 8, 2), dkdv=(32, 64, 8, 2), dq=(64, 16, 8, 2)),
     ("sm_90", "float32", 64): dict(forward=(32, 32, 4, 2), dkdv=(16, 32, 4, 2), dq=(64, 32, 8, 2)),  # no tensor cores

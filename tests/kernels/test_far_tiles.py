@@ -168,7 +168,7 @@ def test_the_performance_model_prices_far_near_and_diagonal_tiles_by_their_own_l
         far = far_tiles(name, 2048, MODEL_FAR, block_m, block_n)
         assert 0 < far < below
         want = far * cost["far"] + (below - far) * cost["near"] + on * cost["on"]
-        assert kernel_cycles(name, {"tiles": (block_m, block_n, warps), "loops": loops}, MODEL_FAR) == want
+        assert kernel_cycles(name, {"tiles": (block_m, block_n, warps), "loops": loops}, MODEL_FAR, count="ptx") == want
 
 
 class _LaunchSpy:
@@ -239,9 +239,9 @@ def test_the_model_runs_no_dq_far_tile_whose_dq_the_dkdv_kernel_added():
     skipped = far_tiles("dq", 2048, reach, block_m, block_n, (128, 128))
     assert 0 < skipped < far < below
     want = (far - skipped) * 400 + (below - far) * 800 + on * 1200
-    assert kernel_cycles("dq", usage, reach) == want
+    assert kernel_cycles("dq", usage, reach, count="ptx") == want
     dkdv = {"tiles": (32, 128, 8), "loops": loops, "far_dq_grid": [128, 128]}  # dK/dV: on / near / far
     below, on = iterations("dkdv", 32, 128)
     far = far_tiles("dkdv", 2048, reach, 32, 128, (128, 128))
     assert 0 < far < far_tiles("dkdv", 2048, reach, 32, 128)  # the grid's tiles: fewer than its own
-    assert kernel_cycles("dkdv", dkdv, reach) == 2 * (far * 1200 + (below - far) * 800 + on * 400)
+    assert kernel_cycles("dkdv", dkdv, reach, count="ptx") == 2 * (far * 1200 + (below - far) * 800 + on * 400)

@@ -63,6 +63,8 @@ def test_kernels_compile_without_register_spills(capability, tmp_path):
                       f"triton {triton.__version__}")
             assert usage["shared_bytes"] <= SHARED_MEMORY[capability], config
             assert usage["spill_bytes"] == 0, f"{config} spills registers with the default tiles"
+            # nvdisasm's SASS: the same loops over tiles by their back edges as the PTX has
+            assert usage["sass"] is not None and len(usage["sass"]["loops"]) == len(usage["loops"]), config
             if capability == 90 and name != "delta":  # (delta has no matrix product)
                 assert usage["wgmma"] > 0 and usage["mma_sync"] == 0, config  # Hopper's tensor-core instructions
     assert any(tmp_path.iterdir()), "nothing was compiled into the private cache"
