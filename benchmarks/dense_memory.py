@@ -10,14 +10,14 @@ counts live tensors and so does not depend on the machine's load. Stock runs fai
 
 import sys
 
-from benchmarks.common import SMOKE_SIZES, build, common_arguments, make_sample, peak_memory_bytes, save_results, start
+from benchmarks.common import SMOKE_SIZES, STOCK_ARCH, build, common_arguments, make_sample, peak_memory_bytes, save_results, start
 
-ARCHS = ("transformer_lm", "transformer_lm_rpe", "transformer_lm_urpe")
+ARCHS = (STOCK_ARCH, "transformer_lm_rpe", "transformer_lm_urpe")
 STOCK_LAYOUT = ["--decoder-input-dim", "32", "--decoder-output-dim", "32", "--decoder-normalize-before"]
 
 
 def peak(arch: str, length: int, vocab: int = 1000) -> int:
-    extra = SMOKE_SIZES + (STOCK_LAYOUT if arch == "transformer_lm" else [])
+    extra = SMOKE_SIZES + (STOCK_LAYOUT if arch == STOCK_ARCH else [])
     model, task, criterion, _, _ = build(arch, length, vocab, extra + ["--dropout", "0", "--attention-dropout", "0"],
                                          optimizer=False)
     model.train()
@@ -46,7 +46,7 @@ def main(argv=None):
         peaks = {arch: peak(arch, length) for arch in archs}
         results[str(length)] = {}
         for arch in archs:
-            row = {"peak_bytes": peaks[arch], "vs_stock": peaks[arch] / peaks.get("transformer_lm", peaks[arch]),
+            row = {"peak_bytes": peaks[arch], "vs_stock": peaks[arch] / peaks.get(STOCK_ARCH, peaks[arch]),
                    "vs_rpe": peaks[arch] / peaks.get("transformer_lm_rpe", peaks[arch])}
             results[str(length)][arch] = row
             print(f"| {length} | {arch} | {peaks[arch] / 2**20:.1f} | {row['vs_stock']:.2f} | {row['vs_rpe']:.2f} |",

@@ -53,6 +53,11 @@ def check_file(path: Union[str, Path]) -> Path:
     return path
 
 
+def _needs_code(error: pickle.UnpicklingError) -> bool:
+    """Whether torch's weights-only unpickler refused the file for what it asks for (not a damaged file)."""
+    return "Weights only load failed" in str(error)
+
+
 def _refusal(path: Path, error: Exception) -> UntrustedCheckpoint:
     found = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
     asks = f"it asks for {found.group(1)}" if found else str(error).strip().splitlines()[-1][:200]
@@ -80,7 +85,7 @@ def read_checkpoint(path: Union[str, Path], trust_code: Optional[bool] = None, m
         with torch.serialization.safe_globals(list(ALLOWED_GLOBALS)):
             state = torch.load(path, map_location="cpu", weights_only=True, mmap=zipped if mmap is None else mmap)
     except pickle.UnpicklingError as error:
-        if "Weights only load failed" not in str(error):
+        if not _needs_code(error):
             raise ValueError(f"checkpoint {path} cannot be read ({error}): a truncated or damaged file?") from error
         if not trusts_code(trust_code):
             raise _refusal(path, error) from None
@@ -117,6 +122,6 @@ def checkpoint_loading(path: Union[str, Path], trust_code: Optional[bool] = None
         with torch.serialization.safe_globals(list(ALLOWED_GLOBALS)):
             yield
     except pickle.UnpicklingError as error:
-        if "Weights only load failed" not in str(error):
+        if not _needs_code(error):
             raise
         raise _refusal(path, error) from None
