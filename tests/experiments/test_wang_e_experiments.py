@@ -13,7 +13,8 @@ import torch
 from experiments.expressiveness import appendix_h, memory_claims, prop42
 from experiments.expressiveness import verdict_rules as rules
 from experiments.expressiveness.last_row import LastRowTransformer, phi, t5_buckets
-from experiments.expressiveness.runs_file import append_run, cell_records, read_runs, seeds_to_train, train_side_by_side
+from experiments.runs_file import append_run, cell_records, read_runs
+from experiments.study_driver import seeds_to_train, train_side_by_side
 
 
 @pytest.mark.parametrize("kind", ["lin", "log", "t5", "learned"])
@@ -368,15 +369,16 @@ def test_runs_file_appends_records_that_read_back_by_cell_in_seed_order(tmp_path
 def test_seeds_to_train_takes_fixed_seeds_as_given_and_otherwise_the_next_batch_while_too_few_live():
     records = [{"key": f"c|{s}", "dead": s in (1, 3, 4)} for s in range(5)]
     dead = lambda r: r["dead"]  # noqa: E731
-    assert seeds_to_train(records, dead, [0, 7]) == [7]
-    assert seeds_to_train(records, dead, None) == [5, 6, 7, 8, 9]  # 2 of 5 live
-    assert seeds_to_train(records[:1] + records[2:3] + records[5:], dead, None) == rules.next_seeds([0, 2], 2)
+    assert seeds_to_train(records, dead, [0, 7], rules.next_seeds) == [7]
+    assert seeds_to_train(records, dead, None, rules.next_seeds) == [5, 6, 7, 8, 9]  # 2 of 5 live
+    assert (seeds_to_train(records[:1] + records[2:3] + records[5:], dead, None, rules.next_seeds)
+            == rules.next_seeds([0, 2], 2))
 
 
-@pytest.mark.parametrize("jobs", [1, 2])
-def test_train_side_by_side_pairs_each_result_with_its_arguments(jobs):
+@pytest.mark.parametrize("jobs,threads", [(1, False), (2, False), (2, True)])
+def test_train_side_by_side_pairs_each_result_with_its_arguments(jobs, threads):
     calls = [(2.0, 3.0), (3.0, 2.0), (5.0, 1.0)]
-    assert sorted(train_side_by_side(math.pow, calls, jobs)) == sorted((c, c[0] ** c[1]) for c in calls)
+    assert sorted(train_side_by_side(math.pow, calls, jobs, threads)) == sorted((c, c[0] ** c[1]) for c in calls)
 
 
 @pytest.mark.parametrize("experiment", ["adaptive", "nested", "summax"])
