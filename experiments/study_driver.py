@@ -72,7 +72,8 @@ def train_side_by_side(train: Callable, calls: Iterable[Tuple], jobs: int,
 
 
 def write_tables(out: Path, name: str, text: str, data: dict) -> None:
-    """``OUT/<name>.md`` (``text``, ending in one newline) and ``OUT/<name>.json`` (``data``, indent 1)."""
+    """``OUT/<name>.md`` (``text``, a newline added where it does not end in one) and ``OUT/<name>.json``
+    (``data``, indent 1, no newline at the end)."""
     (out / f"{name}.md").write_text(text if text.endswith("\n") else text + "\n")
     (out / f"{name}.json").write_text(json.dumps(data, indent=1))
 
