@@ -41,7 +41,7 @@ from pathlib import Path
 
 from experiments import study_driver
 from experiments.expressiveness import verdict_rules as rules
-from experiments.runs_file import cell_records
+from experiments.runs_file import cell_records, seed_of
 from experiments.study_driver import Cell, Study, add_study_options, model_seconds
 
 LENGTH, STEPS, BATCH, EVAL = 1000, 10_000, 100, 10_000
@@ -426,7 +426,7 @@ def main(argv=None):
 
     def describe(cell, r):
         table, label, heads, ffn, _ = cell.about
-        return (f"  table {table} {label:12s} H={heads} m={ffn} seed {r['key'].rsplit('|', 1)[1]}: mse {r['mse']:.3g} "
+        return (f"  table {table} {label:12s} H={heads} m={ffn} seed {seed_of(r)}: mse {r['mse']:.3g} "
                 f"(rel {r['relative']:.3g}, spread {r['spread']:.3g}{', dead' if is_dead(r) else ''}, "
                 f"{r['seconds']:.0f} s)")
 

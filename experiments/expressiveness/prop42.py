@@ -35,7 +35,7 @@ import sys
 import time
 
 from experiments.expressiveness import verdict_rules as rules
-from experiments.runs_file import cell_records
+from experiments.runs_file import cell_records, seed_of
 from experiments.study_driver import Cell, Study, add_study_options, model_seconds
 
 LENGTH, STEPS, LR, WIDTH, GATE_WIDTH = 6, 1000, 1e-2, 16, 16
@@ -250,7 +250,7 @@ def main(argv=None):
 
     def describe(cell, r):
         row, h = cell.about
-        return (f"  {row[0]:28s} {row[1]:11s} H={h:2d} seed {r['key'].rsplit('|', 1)[1]}: sup {r['sup']:.4f} "
+        return (f"  {row[0]:28s} {row[1]:11s} H={h:2d} seed {seed_of(r)}: sup {r['sup']:.4f} "
                 f"mse {r['mse']:.4g}{' (dead)' if is_dead(r) else ''} ({r['seconds']:.0f} s)")
 
     def tables(runs):
