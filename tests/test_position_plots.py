@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from fairseq_urpe import position_plots as urpe_inspect
+from tests.checkpoints import load_checkpoint
 
 LEGACY = Path(__file__).parent / "models" / "legacy"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -72,7 +73,7 @@ def test_bad_input_names_the_argument(tmp_path, argv, message):
 def checkpoint_with(tmp_path, **model_options):
     """``urpe_unique.pt`` (trained at --tokens-per-sample 8, unique C up to distance 7) with its stored
     options changed, written under ``tmp_path``."""
-    state = torch.load(LEGACY / "urpe_unique.pt", weights_only=False)
+    state = load_checkpoint(LEGACY / "urpe_unique.pt")
     state["cfg"]["model"].update(model_options)
     path = tmp_path / "checkpoint.pt"
     torch.save(state, path)
