@@ -49,7 +49,9 @@ CONFIGS = {
     "log+C unique": ("transformer_lm_urpe_log", ["--urpe-toeplitz", "unique"]),
     "kerple": ("transformer_lm_kerple", []),
     "kerple+C bucketed": ("transformer_lm_urpe_kerple", []),
-    "fire": ("transformer_lm_fire", []),  # a bias of (i, j): runs on the dense attention
+    # a bias of (i, j), on the dense attention; its threshold L starts at the authors' 512, past every query of
+    # the cpu preset's 1L..4L = 128..512, so there its normaliser is psi(L) until training moves L
+    "fire": ("transformer_lm_fire", []),
     "fire+C bucketed": ("transformer_lm_urpe_fire", []),
 }
 PRESETS = {

@@ -62,7 +62,10 @@ class PositionTables:
 
     def kernel_tables(self) -> Tuple[Optional[Tensor], Optional[Tensor]]:
         """``(b, c)`` as the causal kernel reads them: each at distances ``0 ..`` up to where it turns
-        constant (its last entry for every distance past it), so the kernel's far tiles skip table reads."""
+        constant (its last entry for every distance past it), so the kernel's far tiles skip table reads.
+        A bias of ``(i, j)`` has no such table: ``ValueError``."""
+        if self.pair_bias is not None:
+            raise ValueError("the position bias is a function of (i, j), not of i - j: it has no table by distance")
         return self.causal(self.bias, self.bias_constant_from), self.causal(self.reweight, self.reweight_constant_from)
 
 
