@@ -121,7 +121,7 @@ POSITION_KINDS: Dict[str, PositionKind] = {
         None, description="no position term (NoPE); the 'ape' variants keep fairseq's sinusoidal absolute embeddings",
         arch="nope", more_archs={"ape": {"absolute_positions": True}}),
     "fire": PositionKind(
-        FireBias, lambda s, o: (s.num_heads, 512.0, 32, s.bidirectional),
+        FireBias, lambda s, o: (s.num_heads, s.bidirectional),
         "b_h(i, j) = f(psi(i - j) / psi(max(L, i)))_h, psi(x) = log(|c| x + 1), f a learned MLP (1 -> 32 ReLU -> H), "
         "c and L learned: a function of the query position i too, so causal only and on the dense path (FIRE, Li et al.)"),
 }

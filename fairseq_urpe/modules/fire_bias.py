@@ -8,8 +8,8 @@ each with a bias, drawn as ``nn.Linear`` draws them); ``c`` (starting at 0.1) an
 are learned scalars; ``L0`` (512) is fixed; ``eps = 1e-6``. This is the authors' published module
 (the paper's appendix code): their ``init_c``, ``init_L``, ``L_multiplier``, ``mlp_width`` and ``eps``.
 The normaliser grows with the query position ``i`` past ``L``, so ``psi(i - j) / psi(max(L, i))`` stays in
-``[0, 1]`` at any length (progressive interpolation): the function seen at length ``n`` is the one
-learned, read at positions it has seen.
+``[0, 1]`` at any length (progressive interpolation): inputs of any length map into the interval the
+MLP was trained on.
 
 Departures from the authors' module: a causal query's future keys (``j > i``, which the causal mask
 removes) read distance 0 instead of ``|i - j|``; the result is the same wherever the mask lets it through.
@@ -36,14 +36,15 @@ EPS = 1e-6  # added to the normaliser, as the authors do
 
 
 class FireBias(nn.Module):
-    """``b_h(i, j)`` of FIRE for ``num_heads`` heads (see the module doc).
+    """``b_h(i, j)`` of FIRE for ``num_heads`` heads (see the module doc); ``bidirectional`` attention is refused,
+    ``threshold`` is ``L0`` (a positive number), ``width`` f_theta's hidden units.
 
     Parameters: ``hidden_weight`` (32, 1), ``hidden_bias`` (32,), ``output_weight`` (H, 32), ``output_bias``
     (H,): f_theta; ``c`` (): psi's scale; ``threshold_scale`` (): ``l`` in ``L = |l| L0``. Buffer:
     ``threshold`` (): ``L0``, saved with the weights.
     """
 
-    def __init__(self, num_heads: int, threshold: float = THRESHOLD, width: int = WIDTH, bidirectional: bool = False):
+    def __init__(self, num_heads: int, bidirectional: bool = False, threshold: float = THRESHOLD, width: int = WIDTH):
         super().__init__()
         if bidirectional:
             raise ValueError("FIRE's normalised distance psi(i - j) / psi(max(L, i)) is defined for causal attention "
