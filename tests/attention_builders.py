@@ -8,7 +8,7 @@ dense attention (tests/modules), the kernel dispatch (tests/kernels) and the reg
 
 ``bias_cases()`` is every kind of the registry that acts on the scores, once per value of ``--rpe-slopes``
 for the kinds that read it; ``make_bias(case)`` builds its module through the registry, and
-``tests/reference.BIAS_FORMULAS`` holds its formula. ``TOEPLITZ`` maps a parameterisation of C to
+``tests/reference.BIAS_FORMULAS`` (or ``PAIR_BIAS_FORMULAS``, for a bias of ``(i, j)``) holds its formula. ``TOEPLITZ`` maps a parameterisation of C to
 ``(module factory, reference value of c_h(d))``; the reference values are written from the formulas
 (``tests/reference.py``), not read from the modules' code.
 """
@@ -20,8 +20,8 @@ import torch
 
 from fairseq_urpe.models.position_kinds import POSITION_KINDS, AttentionShape
 from fairseq_urpe.models.position_kinds import SCORES as ACTS_ON_SCORES
-from fairseq_urpe.modules import RelativeMultiheadAttention, RotaryEmbedding, T5RelativeBias, ToeplitzReweighting
-from tests.reference import BIAS_FORMULAS, t5_bucket, unique_index
+from fairseq_urpe.modules import RelativeMultiheadAttention, RotaryEmbedding, T5RelativeBias, ToeplitzReweighting, reads_by_distance
+from tests.reference import BIAS_FORMULAS, PAIR_BIAS_FORMULAS, t5_bucket, unique_index
 
 EMBED, HEADS = 12, 3  # head dim 4
 ROTARY_HEADS = 2  # head dim 6: three rotating pairs
@@ -64,12 +64,28 @@ def make_bias(case: BiasCase, num_heads: int = HEADS, bidirectional: bool = Fals
     return POSITION_KINDS[case.kind].build(AttentionShape(num_heads, EMBED // num_heads, bidirectional), case.options)
 
 
+def reads_positions(case: BiasCase) -> bool:
+    """Whether the case's bias is a function of the query and key positions ``(i, j)``, not of ``i - j`` alone
+    (no table by distance: the fused kernel and flex refuse it)."""
+    module = POSITION_KINDS[case.kind].module
+    return module is not None and not reads_by_distance(module)
+
+
+def table_cases() -> List[BiasCase]:
+    """:func:`one_case_per_kind` of the kinds read by distance: those the fused kernel and flex take."""
+    return [case for case in one_case_per_kind() if not reads_positions(case)]
+
+
 def bias_reference(case: BiasCase):
-    """``(module, h, d) -> b_h(d)`` from ``tests/reference.BIAS_FORMULAS``, or ``None`` for a kind without a module."""
+    """``(module, h, i, j) -> b_h(i, j)`` from ``tests/reference.BIAS_FORMULAS`` (``b_h(i - j)``) or
+    ``PAIR_BIAS_FORMULAS``, or ``None`` for a kind without a module."""
     if POSITION_KINDS[case.kind].module is None:
         return None
+    if case.kind in PAIR_BIAS_FORMULAS:
+        pair = PAIR_BIAS_FORMULAS[case.kind]
+        return lambda module, h, i, j: pair(module, case.options, h, i, j)
     formula = BIAS_FORMULAS[case.kind]
-    return lambda module, h, d: formula(module, case.options, h, d)
+    return lambda module, h, i, j: formula(module, case.options, h, i - j)
 
 
 def make_t5_attention(kind, seed=0, num_buckets=8, max_distance=10, dropout=0.0):

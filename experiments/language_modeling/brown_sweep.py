@@ -1,7 +1,7 @@
 """Does URPE lower a language model's perplexity? Stock (and stock without positions, NoPE, as fairseq's flag and as
 the plugin's arch), T5-RPE, ALiBi
 and log, each with URPE's C none / bucketed / unique (and T5-RPE with its b started flat, ``--rpe-init zero``,
-with and without C), KERPLE(log) with and without C, several seeds, on the Brown corpus, through fairseq-train and fairseq-eval-lm.
+with and without C), KERPLE(log) and FIRE, each with and without C, several seeds, on the Brown corpus, through fairseq-train and fairseq-eval-lm.
 
     python -m experiments.language_modeling.brown_sweep --out DIR [options]   # (run_brown.sh sets the knobs)
 
@@ -49,6 +49,10 @@ CONFIGS = {
     "log+C unique": ("transformer_lm_urpe_log", ["--urpe-toeplitz", "unique"]),
     "kerple": ("transformer_lm_kerple", []),
     "kerple+C bucketed": ("transformer_lm_urpe_kerple", []),
+    # a bias of (i, j), on the dense attention; its threshold L starts at the authors' 512, past every query of
+    # the cpu preset's 1L..4L = 128..512, so there its normaliser is psi(L) until training moves L
+    "fire": ("transformer_lm_fire", []),
+    "fire+C bucketed": ("transformer_lm_urpe_fire", []),
 }
 PRESETS = {
     # the sweep of docs/language_modeling.md: the demo's model on the whole corpus
@@ -392,7 +396,7 @@ def interaction_markdown(table):
 
 
 COLORS = {"stock": "black", "nope": "tab:gray", "t5": "tab:blue", "alibi": "tab:green", "log": "tab:red",
-          "kerple": "tab:purple"}
+          "kerple": "tab:purple", "fire": "tab:orange"}
 STYLES = {"none": "-", "bucketed": "--", "unique": ":"}
 
 

@@ -12,6 +12,7 @@ import sys
 from typing import List
 
 from .architectures import ARCHITECTURES, SIZES, preset, variants
+from ..modules import reads_by_distance
 from .position_kinds import POSITION_KINDS, SCORES, TOEPLITZ_READS, AttentionShape, flag
 from .relative_position_config import RelativePositionConfig
 from .relative_encoder import ENCODER_ARCHITECTURES, ENCODER_SIZES, ENCODER_VARIANTS
@@ -33,7 +34,9 @@ def position_parameters(name: str) -> int:
 def kinds_table() -> List[str]:
     rows = ["| `--rpe-kind` | acts on | what it is | options it reads | parameters at 8 heads |", "|---|---|---|---|---:|"]
     for name, kind in POSITION_KINDS.items():
-        acts_on = "scores: b(i - j) added" if kind.acts_on == SCORES else "q and k: rotated by position"
+        acts_on = "q and k: rotated by position"
+        if kind.acts_on == SCORES:
+            acts_on = "scores: b(i - j) added" if reads_by_distance(kind.module) else "scores: b(i, j) added"
         reads = ", ".join(f"`{flag(o)}`" for o in kind.reads) or "none"
         rows.append(f"| `{name}` | {acts_on if kind.module else 'nothing'} | {cell(kind.description)} | {reads} | "
                     f"{position_parameters(name):,} |")

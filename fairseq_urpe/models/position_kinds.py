@@ -3,8 +3,9 @@
 Everything that lists or builds the kinds reads it: ``--rpe-kind``'s help and check
 (``relative_position_config``, :func:`build_position_modules`), the named archs (``architectures``), the
 encoder and decoder (through :func:`build_position_modules`), the generated table docs/architectures.md
-(``arch_table``) and the tests. A new kind is a module (``by_distance(distance) -> (H, ...)`` for the
-scores, or ``rotation(positions, dtype) -> (cos, sin)`` for q and k) and one entry here, or, from outside
+(``arch_table``) and the tests. A new kind is a module (``by_distance(distance) -> (H, ...)`` for a
+bias of ``i - j``, or called as ``bias(query_positions, key_positions) -> (H, T, S)`` for a bias of ``(i, j)``,
+or ``rotation(positions, dtype) -> (cos, sin)`` for q and k) and one entry here, or, from outside
 the package (a plugin, a test), one call of :func:`register_kind`.
 
 This is the config layer: errors here name the command-line option; the modules' own errors do not.
@@ -21,7 +22,7 @@ from typing import Callable, Dict, Mapping, Optional, Tuple, Type
 
 from torch import nn
 
-from ..modules import (ALiBiBias, KerpleBias, LearnedDistanceBias, LogBias, PositionModules, RotaryEmbedding, T5RelativeBias,
+from ..modules import (ALiBiBias, FireBias, KerpleBias, LearnedDistanceBias, LogBias, PositionModules, RotaryEmbedding, T5RelativeBias,
                        ToeplitzReweighting)
 
 SCORES, QUERIES_KEYS = "position_bias", "rotary"  # the PositionModules slots a kind can fill
@@ -119,6 +120,10 @@ POSITION_KINDS: Dict[str, PositionKind] = {
     "none": PositionKind(
         None, description="no position term (NoPE); the 'ape' variants keep fairseq's sinusoidal absolute embeddings",
         arch="nope", more_archs={"ape": {"absolute_positions": True}}),
+    "fire": PositionKind(
+        FireBias, lambda s, o: (s.num_heads, s.bidirectional),
+        "b_h(i, j) = f(psi(i - j) / psi(max(L, i)))_h, psi(x) = log(|c| x + 1), f a learned MLP (1 -> 32 ReLU -> H), "
+        "c and L learned: a function of the query position i too, so causal only and on the dense path (FIRE, Li et al.)"),
 }
 
 

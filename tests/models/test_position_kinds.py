@@ -12,7 +12,7 @@ from fairseq_urpe.models import arch_table
 from fairseq_urpe.models.architectures import variants
 from fairseq_urpe.models.position_kinds import POSITION_KINDS, SCORES, kinds_with_slopes
 from fairseq_urpe.modules.rotary_embedding import RotaryEmbedding
-from tests.reference import BIAS_FORMULAS, ROTATION_FORMULAS
+from tests.reference import BIAS_FORMULAS, PAIR_BIAS_FORMULAS, ROTATION_FORMULAS
 
 REPO = Path(__file__).resolve().parents[2]
 README, USAGE, TABLE = REPO / "README.md", REPO / "docs" / "usage.md", REPO / "docs" / "architectures.md"
@@ -37,7 +37,7 @@ def test_every_kind_has_rpe_and_urpe_archs_and_dot_product_free_ones_where_it_ca
 def test_every_kind_has_its_formula_in_the_reference(name):
     """The dense tests (tests/modules/test_attention_family.py, test_rotary_embedding.py) check each kind
     with a module against its formula in tests/reference.py; one without a formula fails here by name."""
-    assert name in (BIAS_FORMULAS if POSITION_KINDS[name].acts_on == SCORES else ROTATION_FORMULAS)
+    assert name in ({**BIAS_FORMULAS, **PAIR_BIAS_FORMULAS} if POSITION_KINDS[name].acts_on == SCORES else ROTATION_FORMULAS)
 
 
 def test_rope_archs_preset_the_kind_and_refuse_dot_product_free(build_lm, capsys):
