@@ -48,11 +48,12 @@ class PositionTables:
     _matrices: Dict[str, Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     def matrix(self, name: str) -> Tensor:
-        """``bias`` or ``reweight`` as its ``(H, T, S)`` matrix (:func:`expand_by_distance`). Where no gradient
-        reaches the table (decoding, evaluation) it is made once for these tables and shared by every layer
-        that reads them (one forward, one decoding step); with one, each reader makes its own in its graph."""
+        """``bias`` or ``reweight`` as its ``(H, T, S)`` matrix (:func:`expand_by_distance`). For one query (a
+        decoding step) with no gradient to the table, it is made once for these tables and shared by every
+        layer that reads them (its ``(H, 1, S)`` is the table's size); otherwise each reader makes its own, in
+        its graph, and frees it when done (a kept ``(H, T, S)`` would add to the peak memory of long inputs)."""
         table = getattr(self, name)
-        if torch.is_grad_enabled() and table.requires_grad:
+        if self.tgt_len != 1 or (torch.is_grad_enabled() and table.requires_grad):
             return expand_by_distance(table, self.index)
         if name not in self._matrices:
             self._matrices[name] = expand_by_distance(table, self.index)
