@@ -22,10 +22,15 @@ Triton: the kernel uses the triton that came with torch (never a pinned one of i
 the versions in ``SUPPORTED_TRITON`` (tested: ``TESTED_TRITON``). With another, ``auto`` logs one warning
 and runs dense; ``fused`` raises naming the flag.
 
-One decision per configuration: :func:`attention_backend` returns the :class:`FusedBackend` of the
-call's configuration (:func:`call_config`: device, dtype, head dim, which tables, padding, dropout, TF32,
-whether a backward runs and which tables get gradients), or ``None`` for the dense path; the module then
-calls ``backend.run(...)``. The backends, kept in ``_BACKENDS`` (the only record of decisions), hold:
+What depends only on the configuration is resolved once: :class:`StaticDispatch` holds it for one
+``impl``, dot product or not, device, dtype and head dim (``impl`` checked, why the kernel can never run
+there, the dispatch table's entries for them, read at resolution), and the attention module keeps one
+per device, dtype and head dim its calls bring (so ``.to()``, ``.half()`` and copies resolve anew). Its
+:meth:`StaticDispatch.backend` decides each call from what varies per call, and :func:`attention_backend`
+does both for one call. One decision per configuration: the :class:`FusedBackend` of the call's
+configuration (:func:`call_config`: device, dtype, head dim, which tables, padding, dropout, TF32, whether
+a backward runs and which tables get gradients), or ``None`` for the dense path; the module then calls
+``backend.run(...)``. The backends, kept in ``_BACKENDS`` (the only record of decisions), hold:
 
 Self-check (:mod:`.self_check`): run by the first call of each configuration, a small forward (and
 backward, where the configuration has one) against the reference, in the caller's layout and scale, at
@@ -58,7 +63,7 @@ import os
 import re
 import warnings
 from collections import OrderedDict
-from typing import Dict, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -139,55 +144,86 @@ def attention_backend(
     the dense path does. ``x`` is its ``v`` ``(B, H, T, d)`` (device, dtype, shape, ``requires_grad``
     read); ``dropout_p``: the attention dropout this call applies (0 when inactive); ``tables``: the
     ``(bias_table, c_table)`` the kernel would read (``None`` where absent); ``padding``: whether there is
-    a key padding mask.
+    a key padding mask. Resolves the configuration's :class:`StaticDispatch` afresh, then decides the call;
+    the attention module keeps its :class:`StaticDispatch` instead (one per device, dtype and head dim).
 
     Raises ``RuntimeError`` naming the flag when ``impl == "fused"`` and the kernel cannot run here or
     failed its self-check.
     """
-    if impl not in IMPLS:
-        raise ValueError(f"{FLAG} must be one of {', '.join(IMPLS)}; got {impl!r}")
-    if impl == "dense":
-        return _dense(f"{FLAG} dense")
-    if incremental:
-        return _dense("incremental decoding, which always runs dense")
-    if need_weights:
-        return _dense("the attention weights are asked for")
-    if impl == "flex":
-        reason = why_not_flex(x, attn_mask, dropout_p, dot_product, tables, padding)
-        if reason is not None:
+    return StaticDispatch(impl, x.device, x.dtype, x.size(-1), dot_product).backend(
+        x, attn_mask, incremental, need_weights, dropout_p, tables, padding)
+
+
+class StaticDispatch:
+    """The part of the decision that depends only on the configuration (``impl``, ``dot_product``) and the
+    call's device, dtype and head dim, resolved once: ``impl`` checked, why the fused kernel can never run
+    here (:class:`FusedStatic`), and what the measured dispatch table (:mod:`.dispatch_table`, read at
+    resolution) holds for this device, dtype and head dim. :meth:`backend` then decides each call from what
+    varies per call: incremental decoding, the weights asked for, the mask, padding, dropout, grad mode,
+    the tables' lengths, batch x heads, and torch's deterministic and TF32 switches.
+
+    ``key``: ``(impl, dot_product, device, dtype, head_dim)``, what it was resolved for."""
+
+    def __init__(self, impl: str, device: torch.device, dtype: torch.dtype, head_dim: int, dot_product: bool = True):
+        if impl not in IMPLS:
+            raise ValueError(f"{FLAG} must be one of {', '.join(IMPLS)}; got {impl!r}")
+        self.key = (impl, dot_product, device, dtype, head_dim)
+        self.impl, self.dot_product = impl, dot_product
+        self.fused = None if impl == "dense" else FusedStatic.of(device, dtype, head_dim, dot_product,
+                                                                 forced=impl == "fused")
+        self.measured: Dict[Tuple[str, bool], Tuple[str, dispatch_table.TableKey]] = {}
+        if impl == "auto":  # {(kind, dropout): (path, key)} of this device, dtype and head dim
+            prefix = dispatch_table.table_key_prefix(device, dtype, head_dim)
+            self.measured = {(key.kind, key.dropout): (path, key) for key, path in
+                             dispatch_table.read_table(dispatch_table.table_path()).items() if key[:3] == prefix}
+
+    def backend(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor], incremental: bool, need_weights: bool,
+                dropout_p: float, tables=(None, None), padding: bool = False) -> Optional["FusedBackend"]:
+        """:func:`attention_backend` of a call whose ``x`` has this dispatch's device, dtype and head dim."""
+        impl, dot_product = self.impl, self.dot_product
+        if impl == "dense":
+            return _dense(f"{FLAG} dense")
+        if incremental:
+            return _dense("incremental decoding, which always runs dense")
+        if need_weights:
+            return _dense("the attention weights are asked for")
+        if impl == "flex":
+            reason = why_not_flex(x, attn_mask, dropout_p, dot_product, tables, padding)
+            if reason is not None:
+                return _dense(reason)
+            return flex_backend(f"{FLAG} flex", x, tables)
+        if impl == "auto" and self.measured:
+            measured = self.measured.get((dispatch_table.table_kind(*tables, x.size(2)), dropout_p > 0))
+            if measured is not None:
+                path, key = measured
+                if path == "dense":
+                    return _dense(f"the dispatch table measured dense fastest for {describe_key(key)}")
+                if path == "flex":
+                    reason = why_not_flex(x, attn_mask, dropout_p, dot_product, tables, padding, forced=False)
+                    if reason is None:
+                        return flex_backend(f"the dispatch table measured flex fastest for {describe_key(key)}", x,
+                                            tables)
+                    log_once(f"the dispatch table names flex for {describe_key(key)}, but this call cannot run it "
+                             f"({reason}): the built-in order decides")
+        reason = _why_not_fused(x, dropout_p, dot_product, forced=impl == "fused", static=self.fused)
+        if reason is not None and impl == "auto":
+            if reason.startswith("triton "):  # a triton that is there but not one the kernel runs with: say so, once
+                log_once(f"fused attention is off: {reason}; the dense attention runs instead ({FLAG} dense silences "
+                         f"this).", logging.WARNING)
             return _dense(reason)
-        return flex_backend(f"{FLAG} flex", x, tables)
-    if impl == "auto":
-        measured = measured_path(x, tables, dropout_p)
-        if measured is not None:
-            path, key = measured
-            if path == "dense":
-                return _dense(f"the dispatch table measured dense fastest for {describe_key(key)}")
-            if path == "flex":
-                reason = why_not_flex(x, attn_mask, dropout_p, dot_product, tables, padding, forced=False)
-                if reason is None:
-                    return flex_backend(f"the dispatch table measured flex fastest for {describe_key(key)}", x, tables)
-                log_once(f"the dispatch table names flex for {describe_key(key)}, but this call cannot run it "
-                         f"({reason}): the built-in order decides")
-    reason = _why_not_fused(x, dropout_p, dot_product, forced=impl == "fused")
-    if reason is not None and impl == "auto":
-        if reason.startswith("triton "):  # a triton that is there but not one the kernel runs with: say so, once
-            log_once(f"fused attention is off: {reason}; the dense attention runs instead ({FLAG} dense silences "
-                     f"this).", logging.WARNING)
-        return _dense(reason)
-    if not is_future_mask(attn_mask, x.size(2)):
-        return _dense("a mask other than fairseq's causal future mask")
-    if reason is not None:
-        raise RuntimeError(f"{FLAG} fused cannot run here: {reason}. Use {FLAG} auto (or dense).")
-    config = call_config(x, dropout_p, tables, padding)
-    backend = fused_backend(impl, config)
-    if backend is None:
-        return _dense(f"the fused kernel failed its self-check on {config.describe()}")
-    _warn_nondeterministic_once()
-    if dropout_p > 0:  # the rate the kernel runs, once per rate (dropout_rate)
-        log_once(f"fused attention: {dropout_rate.describe(dropout_p)}")
-    log_path(True, config.describe())
-    return backend
+        if not is_future_mask(attn_mask, x.size(2)):
+            return _dense("a mask other than fairseq's causal future mask")
+        if reason is not None:
+            raise RuntimeError(f"{FLAG} fused cannot run here: {reason}. Use {FLAG} auto (or dense).")
+        config = call_config(x, dropout_p, tables, padding)
+        backend = fused_backend(impl, config)
+        if backend is None:
+            return _dense(f"the fused kernel failed its self-check on {config.describe()}")
+        _warn_nondeterministic_once()
+        if dropout_p > 0:  # the rate the kernel runs, once per rate (dropout_rate)
+            log_once(f"fused attention: {dropout_rate.describe(dropout_p)}")
+        log_path(True, config.describe())
+        return backend
 
 
 PAIR_BIAS = ("the position bias is a function of the query and key positions (i, j), not of i - j alone "
@@ -215,14 +251,6 @@ def pair_bias_path(impl: str) -> None:
 def _dense(why: str) -> None:
     log_path(False, why)
     return None
-
-
-def measured_path(x: torch.Tensor, tables, dropout_p: float):
-    """``(path, key)`` where the dispatch table (:mod:`.dispatch_table`) holds this call's configuration, else
-    ``None`` (no table, or a configuration it does not hold)."""
-    key = dispatch_table.table_key(x, dispatch_table.table_kind(*tables, x.size(2)), dropout_p > 0)
-    path = dispatch_table.path_for(key)
-    return None if path is None else (path, key)
 
 
 def describe_key(key) -> str:
@@ -357,30 +385,60 @@ class FusedBackend:
         return kernel.fused_causal_urpe_attention(*inputs, scale=1.0, dropout_p=dropout_p)
 
 
-def _why_not_fused(x: torch.Tensor, dropout_p: float, dot_product: bool, forced: bool) -> Optional[str]:
-    if not dot_product:
-        return "dot-product-free attention (scores from positions only) has no fused kernel"
+class FusedStatic(NamedTuple):
+    """Why the fused kernel cannot run, as far as the configuration, device, dtype and head dim tell (each
+    ``None`` where that part allows it); :func:`_why_not_fused` adds what each call tells, in its order."""
+
+    dot_product: Optional[str]
+    head_dim: Optional[str]
+    interpreted: bool
+    device: Optional[str]
+    dtype: Optional[str]
+    triton: Optional[str]
+    float32: bool
+
+    @classmethod
+    def of(cls, device: torch.device, dtype: torch.dtype, head_dim: int, dot_product: bool,
+           forced: bool) -> "FusedStatic":
+        interpreted = device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+        device_reason = dtype_reason = triton_reason = None
+        if device.type != "cuda" and not (forced and interpreted):
+            device_reason = (f"tensors are on {device.type}; the kernel needs CUDA (or TRITON_INTERPRET=1 on CPU, "
+                             f"for tests)")
+        elif dtype not in _FUSED_DTYPES and not interpreted:
+            dtype_reason = f"{dtype} is not float16, bfloat16 or float32"
+        elif not triton_available():
+            triton_reason = "triton is not installed (it comes with torch's CUDA builds on Linux)"
+        else:
+            triton_reason = triton_version_problem(triton_version())
+        return cls(
+            None if dot_product else "dot-product-free attention (scores from positions only) has no fused kernel",
+            f"head dim {head_dim} exceeds the kernel's 128" if head_dim > 128 else None,
+            interpreted, device_reason, dtype_reason, triton_reason, dtype == torch.float32)
+
+
+def _why_not_fused(x: torch.Tensor, dropout_p: float, dot_product: bool, forced: bool,
+                   static: Optional[FusedStatic] = None) -> Optional[str]:
+    """Why the fused kernel does not run this call (``None``: it may); ``static``: the configuration's part,
+    resolved before (:class:`FusedStatic`), else resolved here."""
+    if static is None:
+        static = FusedStatic.of(x.device, x.dtype, x.size(-1), dot_product, forced)
+    if static.dot_product is not None:
+        return static.dot_product
     if torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled():
         return ("torch.use_deterministic_algorithms(True) is on, and the kernel adds gradients (dQ's far "
                 "tiles, the tables') by atomics, in no fixed order")
-    if x.size(-1) > 128:
-        return f"head dim {x.size(-1)} exceeds the kernel's 128"
+    if static.head_dim is not None:
+        return static.head_dim
     if x.size(0) * x.size(1) > 65535:
         return f"batch x heads = {x.size(0) * x.size(1)} exceeds the kernel grid's 65535"
     problem = dropout_rate.rate_problem(dropout_p)
     if problem is not None:
         return problem + ("; the dense attention runs it at the rate asked" if not forced else "")
-    if x.dtype == torch.float32 and not forced and not torch.backends.cuda.matmul.allow_tf32:
+    if static.float32 and not forced and not torch.backends.cuda.matmul.allow_tf32:
         # Full-precision products run without tensor cores: slower than the dense path's matmuls.
         return "float32 without TF32 (torch.backends.cuda.matmul.allow_tf32 is off)"
-    interpreted = x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
-    if x.device.type != "cuda" and not (forced and interpreted):
-        return f"tensors are on {x.device.type}; the kernel needs CUDA (or TRITON_INTERPRET=1 on CPU, for tests)"
-    if x.dtype not in _FUSED_DTYPES and not interpreted:
-        return f"{x.dtype} is not float16, bfloat16 or float32"
-    if not triton_available():
-        return "triton is not installed (it comes with torch's CUDA builds on Linux)"
-    return triton_version_problem(triton_version())
+    return static.device or static.dtype or static.triton
 
 
 def triton_available() -> bool:

@@ -1,8 +1,9 @@
 """The measured dispatch table: per call configuration, the attention path that ``auto`` runs.
 
 A GPU run of ``benchmarks/gpu_check.sh`` checks each path against float64, times the ones that passed
-and writes, per configuration, the fastest (:func:`fastest`, :func:`write_table`). ``auto`` reads it
-(:func:`path_for`); a configuration the table does not hold, or no table at all, keeps the built-in
+and writes, per configuration, the fastest (:func:`fastest`, :func:`write_table`). ``auto`` reads it when
+it resolves a configuration (:class:`~.dispatch.StaticDispatch`: an attention module once per device,
+dtype and head dim); a configuration the table does not hold, or no table at all, keeps the built-in
 order (:mod:`.dispatch`).
 
 A configuration (:func:`table_key`):
@@ -69,7 +70,12 @@ def _device_name(device: str) -> str:
 
 def table_key(x: torch.Tensor, kind: str, dropout: bool) -> TableKey:
     """The configuration of a call whose ``v`` is ``x`` (B, H, T, d)."""
-    return TableKey(device_name(x.device), str(x.dtype).replace("torch.", ""), int(x.size(-1)), kind, bool(dropout))
+    return TableKey(*table_key_prefix(x.device, x.dtype, x.size(-1)), kind, bool(dropout))
+
+
+def table_key_prefix(device: torch.device, dtype: torch.dtype, head_dim: int) -> tuple:
+    """``(device, dtype, head_dim)`` of a :class:`TableKey`: what the tensors of a configuration fix."""
+    return device_name(device), str(dtype).replace("torch.", ""), int(head_dim)
 
 
 def fastest(ms: Mapping[str, float], passed: Iterable[str]) -> Optional[str]:

@@ -80,8 +80,22 @@ class BucketIndex:
         self.num_buckets, self.max_distance, self.bidirectional = num_buckets, max_distance, bidirectional
         self.size = num_buckets
         self._constant_from = None
+        self._boundaries = {}  # device -> first_distances(0 .. per_side - 1): where each bucket starts
 
     def __call__(self, distance: torch.Tensor) -> torch.Tensor:
+        """The bucket of each ``distance`` (long, any shape), read off the distances where the buckets start
+        (:meth:`first_distances`, found once per device): the bucket of ``|d|`` is the number of those at or
+        below ``|d|``, less one (the bucket grows with ``|d|``); equal to :meth:`bucket`."""
+        boundaries = self._boundaries.get(distance.device)
+        if boundaries is None:
+            boundaries = self._boundaries[distance.device] = self.first_distances(
+                torch.arange(self.per_side)).to(distance.device)
+        if not self.bidirectional:  # a future key (d < 0) reads bucket 0, as d = 0 does
+            return torch.searchsorted(boundaries, distance.clamp(min=0), right=True) - 1
+        return torch.searchsorted(boundaries, distance.abs(), right=True) - 1 + (distance < 0).long() * self.per_side
+
+    def bucket(self, distance: torch.Tensor) -> torch.Tensor:
+        """:func:`relative_position_bucket` with this index's options, computed (what :meth:`__call__` reads)."""
         return relative_position_bucket(distance, self.num_buckets, self.max_distance, self.bidirectional)
 
     @property
@@ -97,7 +111,7 @@ class BucketIndex:
         high = torch.full_like(buckets, 2 * self.max_distance + 1)  # past every bucket boundary
         while bool((low < high).any()):
             middle = (low + high) // 2
-            reached = self(middle) >= buckets
+            reached = self.bucket(middle) >= buckets
             high, low = torch.where(reached, middle, high), torch.where(reached, low, middle + 1)
         return low
 
@@ -107,11 +121,12 @@ class BucketIndex:
         nearest = torch.full((self.size,), float(2 * self.max_distance))
         buckets = torch.arange(self.per_side)
         first = self.first_distances(buckets)  # keys at or before the query: buckets 0 .. per_side - 1
-        nearest[: self.per_side] = torch.where(self(first) == buckets, first.float(), nearest[: self.per_side])
+        nearest[: self.per_side] = torch.where(self.bucket(first) == buckets, first.float(), nearest[: self.per_side])
         if self.bidirectional:  # keys after the query, |d| >= 1: the upper half
             after = first.clamp(min=1)
             upper = nearest[self.per_side : 2 * self.per_side]
-            nearest[self.per_side : 2 * self.per_side] = torch.where(self(after) == buckets, after.float(), upper)
+            reads = self.bucket(after) == buckets
+            nearest[self.per_side : 2 * self.per_side] = torch.where(reads, after.float(), upper)
         return nearest
 
     @property
@@ -119,7 +134,7 @@ class BucketIndex:
         """The causal distance from which every distance reads the same bucket: the first of the last one
         (a bisection, run once: it depends on the options only)."""
         if self._constant_from is None:
-            last = self(torch.tensor([2 * self.max_distance + 1]))  # past every bucket boundary
+            last = self.bucket(torch.tensor([2 * self.max_distance + 1]))  # past every bucket boundary
             self._constant_from = int(self.first_distances(last)[0])
         return self._constant_from
 

@@ -19,11 +19,13 @@ one forward once for all of them.
 
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
+
+from .reweighted_softmax import expand_by_distance
 
 
 @dataclass
@@ -51,6 +53,19 @@ class PositionTables:
     pair_bias: Optional[Tensor] = None
     bias_constant_from: Optional[int] = None
     reweight_constant_from: Optional[int] = None
+    _matrices: Dict[str, Tensor] = field(default_factory=dict, repr=False, compare=False)
+
+    def matrix(self, name: str) -> Tensor:
+        """``bias`` or ``reweight`` as its ``(H, T, S)`` matrix (:func:`expand_by_distance`). For one query (a
+        decoding step) with no gradient to the table, it is made once for these tables and shared by every
+        layer that reads them (its ``(H, 1, S)`` is the table's size); otherwise each reader makes its own, in
+        its graph, and frees it when done (a kept ``(H, T, S)`` would add to the peak memory of long inputs)."""
+        table = getattr(self, name)
+        if self.tgt_len != 1 or (torch.is_grad_enabled() and table.requires_grad):
+            return expand_by_distance(table, self.index)
+        if name not in self._matrices:
+            self._matrices[name] = expand_by_distance(table, self.index)
+        return self._matrices[name]
 
     def causal(self, table: Optional[Tensor], constant_from: Optional[int] = None) -> Optional[Tensor]:
         """``table`` at distances ``0 .. S - 1`` only, ``(H, S)``; with ``constant_from``, only up to that
@@ -87,7 +102,8 @@ class RelativePositionFunction(nn.Module):
     @property
     def constant_from(self) -> Optional[int]:
         """The causal distance ``k0`` with ``f_h(k) = f_h(k0)`` for every ``k >= k0`` (``None``: no such
-        distance). The fused kernel reads the table only up to it."""
+        distance). The fused kernel reads the table only up to it. It depends on the module's options only
+        (never on its parameters): :class:`PositionModules` reads it once."""
         return None
 
 
@@ -148,6 +164,7 @@ class PositionModules:
     def __init__(self, position_bias: Optional[nn.Module] = None, toeplitz: Optional[nn.Module] = None,
                  rotary: Optional[nn.Module] = None):
         self.position_bias, self.toeplitz, self.rotary = position_bias, toeplitz, rotary
+        self._constant_from = None  # (b's, c's) constant_from: they depend on the modules' options only, read once
 
     def items(self) -> List[Tuple[str, nn.Module]]:
         """``[(slot, module)]`` of the modules present."""
@@ -187,6 +204,11 @@ class PositionModules:
         index = positions[src_len - tgt_len :, None] - positions[None, :] + (tgt_len - 1)  # (T, S)
         bias = self.position_bias
         by_distance = bias is not None and reads_by_distance(bias)
+        if self._constant_from is None:
+            # a module of a kind registered elsewhere may not say (None: the kernel reads every distance)
+            self._constant_from = tuple(getattr(module, "constant_from", None)
+                                        for module in (self.position_bias, self.toeplitz))
+        bias_constant_from, reweight_constant_from = self._constant_from
         return PositionTables(
             tgt_len, src_len, index,
             bias=bias.by_distance(distances) if by_distance else None,
@@ -194,7 +216,5 @@ class PositionModules:
             pair_bias=bias(positions[src_len - tgt_len :], positions) if bias is not None and not by_distance else None,
             reweight=self.toeplitz.by_distance(distances) if self.toeplitz is not None else None,
             rotation=self.rotary.rotation(positions[src_len - tgt_len :], dtype) if self.rotary is not None else None,
-            # a module of a kind registered elsewhere may not say (None: the kernel reads every distance)
-            bias_constant_from=getattr(self.position_bias, "constant_from", None),
-            reweight_constant_from=getattr(self.toeplitz, "constant_from", None),
+            bias_constant_from=bias_constant_from, reweight_constant_from=reweight_constant_from,
         )

@@ -18,10 +18,10 @@ import torch
 from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
-from ..kernels.dispatch import attention_backend, pair_bias_path
+from ..kernels.dispatch import StaticDispatch, pair_bias_path
 from .position_tables import PositionModules, PositionTables, rotate
 from .precision import at_least_float32
-from .reweighted_softmax import expand_by_distance, softmax_reweight_values
+from .reweighted_softmax import softmax_reweight_values
 
 
 class RelativeMultiheadAttention(MultiheadAttention):
@@ -87,6 +87,17 @@ class RelativeMultiheadAttention(MultiheadAttention):
             # so a state dict that has them (a checkpoint trained with Q K^T) fails the strict load.
             del self.q_proj, self.k_proj
             self.q_proj = self.k_proj = None  # plain attributes
+
+    def static_dispatch(self, v: Tensor) -> StaticDispatch:
+        """The dispatch's configuration-only part (:class:`~fairseq_urpe.kernels.dispatch.StaticDispatch`) for
+        calls whose ``v`` (B, H, T, d) has this device, dtype and head dim: resolved at the first such call,
+        kept per ``(attention_impl, dot_product, device, dtype, head_dim)``, so a move (``.to()``, ``.half()``),
+        a copy or a changed ``attention_impl`` gets its own."""
+        key = (self.attention_impl, self.dot_product, v.device, v.dtype, v.size(-1))
+        resolved = self.__dict__.setdefault("_static_dispatch", {})
+        if key not in resolved:
+            resolved[key] = StaticDispatch(self.attention_impl, v.device, v.dtype, v.size(-1), self.dot_product)
+        return resolved[key]
 
     def forward(
         self,
@@ -156,9 +167,12 @@ class RelativeMultiheadAttention(MultiheadAttention):
         if tables.pair_bias is not None:  # b(i, j) has no table by distance: dense (fused and flex refuse it)
             pair_bias_path(self.attention_impl)
         else:
-            kernel_tables = tables.kernel_tables() if self.attention_impl != "dense" else (None, None)
-            backend = attention_backend(self.attention_impl, v, attn_mask, incremental_state is not None, need_weights,
-                                        dropout_p, self.dot_product, kernel_tables, padding=key_padding_mask is not None)
+            # incremental decoding and the weights run dense on every path: then the kernel's tables are not made
+            incremental = incremental_state is not None
+            kernel_tables = ((None, None) if self.attention_impl == "dense" or incremental or need_weights
+                             else tables.kernel_tables())
+            backend = self.static_dispatch(v).backend(v, attn_mask, incremental, need_weights, dropout_p, kernel_tables,
+                                                      padding=key_padding_mask is not None)
         if backend is not None:
             out = backend.run(q, k, v, *kernel_tables, key_padding_mask, dropout_p=dropout_p)
             if out is not None:  # None: auto, and this launch signature failed its first launch (dense below)
@@ -169,11 +183,11 @@ class RelativeMultiheadAttention(MultiheadAttention):
             # In place below: neither matmul, the upcast, add nor masked_fill needs its output for backward.
             scores = at_least_float32(torch.matmul(q, k.transpose(2, 3)))  # (B, H, T, S)
             if tables.bias is not None:
-                scores += expand_by_distance(tables.bias, tables.index)  # (H, T, S)
+                scores += tables.matrix("bias")  # (H, T, S)
             elif tables.pair_bias is not None:
                 scores += tables.pair_bias  # (H, T, S)
         elif tables.bias is not None:
-            scores = expand_by_distance(tables.bias, tables.index)[None]  # (1, H, T, S)
+            scores = tables.matrix("bias")[None]  # (1, H, T, S)
         elif tables.pair_bias is not None:
             scores = tables.pair_bias[None]  # (1, H, T, S)
         else:
@@ -194,7 +208,7 @@ class RelativeMultiheadAttention(MultiheadAttention):
         else:
             weights = torch.softmax(scores, dim=-1)  # (B or 1, H or 1, T, S), at least float32
             if tables.reweight is not None:
-                weights = weights * expand_by_distance(tables.reweight, tables.index)
+                weights = weights * tables.matrix("reweight")
             weights = weights.expand(bsz, heads, tgt_len, src_len)  # a view; dropout then draws per example
             out = torch.matmul(self.dropout_module(weights.to(v.dtype)), v)  # (B, H, T, d)
         out = self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim))  # (T, B, E)

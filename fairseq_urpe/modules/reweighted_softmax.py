@@ -73,27 +73,32 @@ class SoftmaxReweightValues(torch.autograd.Function):
     @staticmethod
     def forward(ctx, scores, c_table, index, v):
         probs = torch.softmax(scores, dim=-1)  # (B, H, T, S), dtype of scores
-        out = v.new_empty(*probs.shape[:-1], v.size(-1))  # (B, H, T, d)
-        for rows in row_blocks(probs):
-            torch.matmul((probs[:, :, rows] * _expand(c_table, index[rows])).to(v.dtype), v, out=out[:, :, rows])
+        # Each block's product is a tensor of its own, joined after: on CPU a matmul into a row slice of a
+        # larger output (or from one) goes matrix by matrix through copies.
+        outs = [torch.matmul((probs[:, :, rows] * _expand(c_table, index[rows])).to(v.dtype), v)  # (B, H, rows, d)
+                for rows in row_blocks(probs)]
         ctx.save_for_backward(probs, c_table, index, v)
-        return out
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)  # (B, H, T, d)
 
     @staticmethod
     def backward(ctx, grad_out):
         probs, c_table, index, v = ctx.saved_tensors
         blocks = row_blocks(probs)
-        # one block: dS is made in place on that block's X, as large as the scores; more: written block by block
+        # one block: dS is made in place on that block's X, as large as the scores; more: each block's X is
+        # written into dS by the multiply that makes it (element-wise ops write row slices without copies)
         grad_scores = probs.new_empty(probs.shape) if ctx.needs_input_grad[0] and len(blocks) > 1 else None
         grad_c_table = c_table.new_zeros(c_table.shape) if ctx.needs_input_grad[1] else None
-        grad_v = torch.zeros_like(v) if ctx.needs_input_grad[3] else None
+        grad_v = None
         for rows in blocks:
-            a, c, g = probs[:, :, rows], _expand(c_table, index[rows]), grad_out[:, :, rows]  # c: (H, rows, S)
-            if grad_v is not None:
-                grad_v += torch.matmul((a * c).to(v.dtype).transpose(-1, -2), g)  # (B, H, S, d)
+            a, c = probs[:, :, rows], _expand(c_table, index[rows])  # c: (H, rows, S)
+            g = grad_out[:, :, rows].contiguous()  # (B, H, rows, d); a strided slice would go matrix by matrix
+            if ctx.needs_input_grad[3]:
+                part = torch.matmul((a * c).to(v.dtype).transpose(-1, -2), g)  # (B, H, S, d)
+                grad_v = part if grad_v is None else grad_v.add_(part)
             # X = dW ⊙ A serves both: dC = sum_batch X, and dS = A ⊙ (dW ⊙ C - D) = X ⊙ C - A D with
-            # D = rowsum(X ⊙ C). In place on X, a temporary of this block.
-            x = torch.matmul(g, v.transpose(-1, -2)).to(probs.dtype).mul_(a)  # (B, H, rows, S)
+            # D = rowsum(X ⊙ C). In place on X: a temporary of this block, or its rows of dS.
+            grad_weights = torch.matmul(g, v.transpose(-1, -2)).to(probs.dtype)  # dW: (B, H, rows, S)
+            x = grad_weights.mul_(a) if grad_scores is None else torch.mul(grad_weights, a, out=grad_scores[:, :, rows])
             if grad_c_table is not None:
                 grad_c_table += _fold(x.sum(0), index[rows], c_table.shape)
             if ctx.needs_input_grad[0]:
@@ -101,8 +106,6 @@ class SoftmaxReweightValues(torch.autograd.Function):
                 x.addcmul_(a, x.sum(-1, keepdim=True), value=-1)
                 if grad_scores is None:
                     grad_scores = x
-                else:
-                    grad_scores[:, :, rows] = x
         return grad_scores, grad_c_table, None, grad_v
 
 

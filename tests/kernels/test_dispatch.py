@@ -422,3 +422,76 @@ def test_a_no_grad_call_and_a_frozen_table_call_each_check_their_own_variant_fir
         assert dq[0] and all(v["FAR_SUMS"] and v["BIAS_GRAD"] and v["C_GRAD"] for v in dq[0])
         assert dq[1] == []  # no backward under no_grad
         assert dq[2] and not any(v["FAR_SUMS"] or v["BIAS_GRAD"] or v["C_GRAD"] for v in dq[2])
+
+
+def count_resolutions(monkeypatch):
+    """The keys of every :class:`StaticDispatch` resolved, and the dispatch-table reads, from now on."""
+    resolved, reads = [], []
+    init, read = dispatch.StaticDispatch.__init__, dispatch.dispatch_table.read_table
+
+    def counted_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        resolved.append(self.key)
+
+    monkeypatch.setattr(dispatch.StaticDispatch, "__init__", counted_init)
+    monkeypatch.setattr(dispatch.dispatch_table, "read_table", lambda path: reads.append(path) or read(path))
+    fused_static = dispatch.FusedStatic.of
+    monkeypatch.setattr(dispatch.FusedStatic, "of", lambda *args, **kwargs: reads.append("fused static")
+                        or fused_static(*args, **kwargs))
+    return resolved, reads
+
+
+def test_the_configuration_part_of_the_dispatch_is_resolved_once_per_module_device_and_dtype(monkeypatch):
+    """The attention resolves what depends only on its configuration and its tensors' device, dtype and head dim
+    (impl, why the kernel can never run, the dispatch table's entries) at its first call, and not again on
+    later calls, training or decoding; a move to another dtype and a changed ``attention_impl`` resolve anew."""
+    resolved, reads = count_resolutions(monkeypatch)
+    attn = make_t5_attention("urpe_bucketed")
+    attn.attention_impl = "auto"
+    x = torch.randn(12, 2, EMBED, dtype=torch.float64, requires_grad=True)
+    for _ in range(3):
+        attn(x, x, x, attn_mask=causal_mask(12), need_weights=False)[0].sum().backward()
+        attn(x, x, x, attn_mask=causal_mask(12), need_weights=True)
+    state = {}
+    for step in range(4):  # incremental decoding, one query per step
+        token = x[step : step + 1]
+        attn(token, token, token, incremental_state=state, need_weights=False)
+    key = ("auto", True, torch.device("cpu"), torch.float64, EMBED // HEADS)
+    assert resolved == [key] and reads == ["fused static", dispatch.dispatch_table.table_path()]
+    attn.float()
+    y = x.detach().float()
+    out = attn(y, y, y, attn_mask=causal_mask(12, torch.float32), need_weights=False)[0]
+    assert out.dtype == torch.float32 and resolved[1:] == [key[:3] + (torch.float32,) + key[4:]]
+    attn.attention_impl = "dense"
+    attn(y, y, y, attn_mask=causal_mask(12, torch.float32), need_weights=False)
+    assert resolved[2:] == [("dense", True, torch.device("cpu"), torch.float32, EMBED // HEADS)]
+    assert len(reads) == 4  # auto in float32 resolved the kernel's part and read the table; dense does neither
+
+
+def test_a_move_resolves_the_dispatch_anew_and_a_copy_keeps_its_resolution(monkeypatch):
+    """The resolved part is keyed by device and dtype: after ``.float()`` the fused module decides anew (here,
+    with the interpreter switched off meanwhile, it refuses naming the flag, as a fresh module does), while
+    calls in the dtype it resolved keep their resolution, as does a deep copy (fairseq's EMA)."""
+    import copy
+
+    calls = []
+    spy_runs(monkeypatch, calls)
+    attn = make_t5_attention("urpe_bucketed")
+    attn.attention_impl = "fused"
+    x = torch.randn(20, 2, EMBED, dtype=torch.float64)
+    first = attn(x, x, x, attn_mask=causal_mask(20), need_weights=False)[0]
+    assert len(calls) == 1
+    ema = copy.deepcopy(attn)
+    monkeypatch.delenv("TRITON_INTERPRET")
+    again = attn(x, x, x, attn_mask=causal_mask(20), need_weights=False)[0]  # resolved with the interpreter on
+    torch.testing.assert_close(ema(x, x, x, attn_mask=causal_mask(20), need_weights=False)[0], first, rtol=0, atol=0)
+    assert len(calls) == 3
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
+    attn.float()
+    y = x.float()
+    with pytest.raises(RuntimeError, match=r"--urpe-attention-impl fused cannot run here: tensors are on cpu"):
+        attn(y, y, y, attn_mask=causal_mask(20, torch.float32), need_weights=False)
+    fresh = make_t5_attention("urpe_bucketed")
+    fresh.attention_impl = "fused"
+    with pytest.raises(RuntimeError, match=r"--urpe-attention-impl fused cannot run here: tensors are on cpu"):
+        fresh(x, x, x, attn_mask=causal_mask(20), need_weights=False)

@@ -112,3 +112,39 @@ def test_the_bucket_boundary_search_runs_once_per_index_not_per_forward(monkeypa
     monkeypatch.setattr(BucketIndex, "first_distances", lambda self, b: calls.append(1) or search(self, b))
     assert [index.constant_from for _ in range(5)] == [index.constant_from] * 5
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    "num_buckets,max_distance,bidirectional",
+    [(n, m, False) for n, m in LAYOUTS + [(2, 3), (64, 40)]] + [(n, m, True) for n, m in LAYOUTS + [(4, 3), (63, 40)]],
+)
+def test_the_index_reads_buckets_off_their_boundaries_equal_to_the_formula(num_buckets, max_distance, bidirectional):
+    """``BucketIndex(d)`` reads the bucket off where each bucket starts; it equals the formula everywhere: near,
+    past ``max_distance``, far past it, future keys, and in any shape."""
+    index = BucketIndex(num_buckets, max_distance, bidirectional)
+    distance = torch.cat([torch.arange(-4 * max_distance - 5, 4 * max_distance + 6),
+                          torch.tensor([10**6, -10**6, 10**12, -10**12])])
+    assert torch.equal(index(distance), relative_position_bucket(distance, num_buckets, max_distance, bidirectional))
+    square = distance[:50, None] - distance[None, :40]  # (50, 40)
+    assert torch.equal(index(square), relative_position_bucket(square, num_buckets, max_distance, bidirectional))
+    assert index(square).dtype == torch.long
+
+
+def test_the_bucket_formula_runs_once_per_index_and_device_not_per_call(monkeypatch):
+    """The buckets of a call's distances are read off boundaries found once (per device): neither the
+    formula nor the boundary search runs again, whatever distances later calls bring."""
+    calls = {"bucket": 0, "first_distances": 0}
+    for name in calls:
+        real = getattr(BucketIndex, name)
+        monkeypatch.setattr(BucketIndex, name, lambda self, x, real=real, name=name: calls.__setitem__(
+            name, calls[name] + 1) or real(self, x))
+    index = BucketIndex(32, 128)
+    want = relative_position_bucket(torch.arange(-5, 600), 32, 128)
+    first = index(torch.arange(-5, 600))
+    once = dict(calls)
+    assert once["first_distances"] >= 1
+    for length in (7, 300, 600, 2000):
+        assert torch.equal(index(torch.arange(1 - length, length)),
+                           relative_position_bucket(torch.arange(1 - length, length), 32, 128))
+    assert calls == once
+    assert torch.equal(first, want)
