@@ -18,8 +18,9 @@ from typing import List, NamedTuple, Optional
 
 import torch
 
-from fairseq_urpe.models.position_kinds import POSITION_KINDS, AttentionShape
-from fairseq_urpe.models.position_kinds import SCORES as ACTS_ON_SCORES
+from fairseq_urpe.models.kind_record import BY_DISTANCE, AttentionShape
+from fairseq_urpe.models.position_builders import build_module
+from fairseq_urpe.models.position_kinds import POSITION_KINDS
 from fairseq_urpe.modules import RelativeMultiheadAttention, RotaryEmbedding, T5RelativeBias, ToeplitzReweighting
 from tests.reference import BIAS_FORMULAS, t5_bucket, unique_index
 
@@ -49,7 +50,7 @@ def bias_cases() -> List[BiasCase]:
     """Every registered kind that acts on the scores, once per ``--rpe-slopes`` value where it reads it."""
     cases = []
     for name, kind in POSITION_KINDS.items():
-        if kind.acts_on == ACTS_ON_SCORES:
+        if kind.contract is BY_DISTANCE:
             cases += [BiasCase(name, s) for s in SLOPES] if "rpe_slopes" in kind.reads else [BiasCase(name)]
     return cases
 
@@ -61,7 +62,7 @@ def one_case_per_kind() -> List[BiasCase]:
 
 def make_bias(case: BiasCase, num_heads: int = HEADS, bidirectional: bool = False):
     """The case's module (``None`` for a kind without one), built by the registry."""
-    return POSITION_KINDS[case.kind].build(AttentionShape(num_heads, EMBED // num_heads, bidirectional), case.options)
+    return build_module(POSITION_KINDS[case.kind], AttentionShape(num_heads, EMBED // num_heads, bidirectional), case.options)
 
 
 def bias_reference(case: BiasCase):

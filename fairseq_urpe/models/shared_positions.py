@@ -1,7 +1,7 @@
 """Position modules built once per encoder/decoder from the options, and handed to its layers.
 
 By default (T5, Luo et al.) one ``b`` and one ``c`` serve every layer: the encoder/decoder builds them
-before its layers (:func:`~.position_kinds.build_position_modules`), owns them (outside the layers, so
+before its layers (:func:`~.position_builders.build_position_modules`), owns them (outside the layers, so
 ``--ddp-backend fully_sharded``, which wraps each layer on its own, can still shard them), stores them
 once (``decoder.position_bias.weight``) and passes them to each layer as fairseq's Linformer plugin
 passes its shared compression layer. With ``--rpe-per-layer`` each layer's attention builds and owns its
@@ -20,7 +20,7 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
 from ..modules import PositionModules, RelativeMultiheadAttention
 from .checkpoint_upgrade import ORDER_MARK, mark_per_layer_order, per_layer_order, upgrade_per_layer_layout
-from .position_kinds import build_position_modules
+from .position_builders import build_position_modules
 from .position_record import RECORD, check_finite_tables, check_same_function, decode, encode, function_settings
 
 
