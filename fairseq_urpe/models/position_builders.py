@@ -66,5 +66,5 @@ def build_position_modules(cfg, num_heads: int, embed_dim: int, bidirectional: b
                          f"even, got {shape.head_dim}")
     module = built(f"--rpe-kind {name}", lambda: build_module(kind, shape, cfg))
     layout = str(cfg.urpe_toeplitz)
-    toeplitz = built(f"URPE's {layout} C (--urpe-toeplitz {layout})", lambda: build_reweighting(c, shape, cfg))
-    return PositionModules(**{kind.contract.slot: module}, toeplitz=toeplitz)
+    reweight = built(f"URPE's {layout} C (--urpe-toeplitz {layout})", lambda: build_reweighting(c, shape, cfg))
+    return PositionModules(**{kind.contract.slot: module, c.contract.slot: reweight})
