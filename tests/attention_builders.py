@@ -62,7 +62,8 @@ def one_case_per_kind() -> List[BiasCase]:
 
 def make_bias(case: BiasCase, num_heads: int = HEADS, bidirectional: bool = False):
     """The case's module (``None`` for a kind without one), built by the registry."""
-    return build_module(POSITION_KINDS[case.kind], AttentionShape(num_heads, EMBED // num_heads, bidirectional), case.options)
+    shape = AttentionShape(num_heads, EMBED // num_heads, bidirectional)
+    return build_module(POSITION_KINDS[case.kind], shape, case.options)
 
 
 def bias_reference(case: BiasCase):

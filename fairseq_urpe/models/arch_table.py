@@ -4,7 +4,8 @@
 
 The position kinds (``position_kinds.POSITION_KINDS``), URPE's ``C`` (``reweightings.REWEIGHTINGS``), the
 variants and sizes of the language model's archs (``architectures``) and the encoder's archs
-(``relative_encoder``), as they are declared and registered; a test regenerates the file and compares. Docs link to it instead of listing kinds or archs.
+(``relative_encoder``), as they are declared and registered; a test regenerates the file and compares.
+Docs link to it instead of listing kinds or archs.
 """
 
 import argparse

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from fairseq_urpe.models.option_checks import config_defaults, position_options, refuse_unread_given, resolve_position_options
+from fairseq_urpe.models.option_checks import (config_defaults, position_options, refuse_unread_given,
+                                              resolve_position_options)
 from fairseq_urpe.models.position_builders import build_position_modules
 from fairseq_urpe.models.position_kinds import POSITION_KINDS
 from fairseq_urpe.models.reweightings import REWEIGHTINGS
