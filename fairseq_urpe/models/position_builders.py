@@ -8,7 +8,8 @@ from torch import nn
 
 from ..modules import PositionModules
 from .kind_record import ROTARY, AttentionShape, ModuleRecipe
-from .option_checks import check_table_sizes, given, position_kind, reweighting
+from .option_checks import check_table_sizes, given, reweighting
+from .position_kinds import position_kind
 from .position_options import POSITION_OPTIONS
 
 

@@ -21,7 +21,8 @@ from typing import Dict, Mapping
 
 import torch
 
-from .option_checks import position_kind, reweighting
+from .option_checks import reweighting
+from .position_kinds import position_kind
 from .position_options import POSITION_OPTIONS, flag
 
 RECORD = "position_settings"
