@@ -4,7 +4,8 @@
 
 Writes to DIR:
   positions.png            per layer (one row when b and c are shared) and head: the bias b_h(k) and
-                           URPE's reweighting c_h(k) against the distance k = i - j
+                           URPE's reweighting c_h(k) against the distance k = i - j (a bias of the query
+                           and key positions, FIRE's: b_h(i, i - k) for the queries i = K/4, K/2 and K)
   attention_layer<N>.png   per head, for the sentence: A = softmax(QK^T/sqrt(d) + B) before and
                            A ⊙ C after the Toeplitz reweighting (rows: queries, columns: keys)
 
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import List, Optional
 
 import torch
+
+from .modules.position_tables import reads_by_distance
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 DEFAULT_SENTENCE = "The committee said that the city would have to pay for the new school ."
@@ -92,6 +95,34 @@ def distance_tables(positions, max_distance: int):
     return {"b": tables.causal(tables.bias), "c": tables.causal(tables.reweight)}
 
 
+def query_rows(bias, max_distance: int):
+    """For a bias of ``(i, j)`` (FIRE): ``{i: (H, i + 1)}``, ``b_h(i, i - k)`` at ``k = 0 .. i``, for the query
+    positions ``i = K/4, K/2, K`` (``K = max_distance``), each computed as a decoding step computes it."""
+    rows = {}
+    with torch.no_grad():
+        for i in sorted({max(max_distance // 4, 1), max(max_distance // 2, 1), max_distance}):
+            keys = torch.arange(i + 1)
+            rows[i] = bias(keys[-1:], keys)[:, 0].flip(-1)  # (H, i + 1): entry k is key i - k
+    return rows
+
+
+def plot_query_rows(ax, bias, max_distance: int, label: str) -> None:
+    """:func:`query_rows` on ``ax``: one colour per head, one line style per query position."""
+    rows = query_rows(bias, max_distance)
+    styles = dict(zip(sorted(rows, reverse=True), ("-", "--", ":")))
+    for i, values in rows.items():
+        for h, curve in enumerate(values.float()):
+            ax.plot(range(i + 1), curve.numpy(), styles[i], color=f"C{h % 10}", linewidth=1.2,
+                    label=f"head {h}" if i == max_distance else None)
+    queries = ", ".join(f"{i} ({'solid' if styles[i] == '-' else 'dashed' if styles[i] == '--' else 'dotted'})"
+                        for i in sorted(rows, reverse=True))
+    ax.set_title(f"{label}: bias $b_h(i, i - k)$ of query i = {queries}", fontsize=10)
+    ax.set_xlabel("distance k = i - j (query minus key position)")
+    ax.set_ylabel("$b_h(i, i - k)$")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2 if len(rows[max_distance]) > 8 else 1, loc="best")
+
+
 def plot_positions(model, max_distance: int, path: Path, dpi: int):
     import matplotlib.pyplot as plt
 
@@ -103,6 +134,9 @@ def plot_positions(model, max_distance: int, path: Path, dpi: int):
         tables = distance_tables(positions, max_distance)
         for col, (name, title) in enumerate(columns):
             ax = axes[row][col]
+            if name == "b" and positions.position_bias is not None and not reads_by_distance(positions.position_bias):
+                plot_query_rows(ax, positions.position_bias, max_distance, label)
+                continue
             values = tables[name]  # (H, K + 1)
             if values is None:
                 what = "no Toeplitz C (RPE: C = 1)"

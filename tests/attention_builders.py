@@ -8,7 +8,7 @@ dense attention (tests/modules), the kernel dispatch (tests/kernels) and the reg
 
 ``bias_cases()`` is every kind of the registry that acts on the scores, once per value of ``--rpe-slopes``
 for the kinds that read it; ``make_bias(case)`` builds its module through the registry, and
-``tests/reference.BIAS_FORMULAS`` holds its formula. ``TOEPLITZ`` maps a parameterisation of C to
+``tests/reference.BIAS_FORMULAS`` (or ``PAIR_BIAS_FORMULAS``, for a bias of ``(i, j)``) holds its formula. ``TOEPLITZ`` maps a parameterisation of C to
 ``(module factory, reference value of c_h(d))``; the reference values are written from the formulas
 (``tests/reference.py``), not read from the modules' code.
 """
@@ -18,11 +18,11 @@ from typing import List, NamedTuple, Optional
 
 import torch
 
-from fairseq_urpe.models.kind_record import BY_DISTANCE, AttentionShape
+from fairseq_urpe.models.kind_record import BY_POSITIONS, AttentionShape
 from fairseq_urpe.models.position_builders import build_module
 from fairseq_urpe.models.position_kinds import POSITION_KINDS
 from fairseq_urpe.modules import RelativeMultiheadAttention, RotaryEmbedding, T5RelativeBias, ToeplitzReweighting
-from tests.reference import BIAS_FORMULAS, t5_bucket, unique_index
+from tests.reference import BIAS_FORMULAS, PAIR_BIAS_FORMULAS, t5_bucket, unique_index
 
 EMBED, HEADS = 12, 3  # head dim 4
 ROTARY_HEADS = 2  # head dim 6: three rotating pairs
@@ -50,7 +50,7 @@ def bias_cases() -> List[BiasCase]:
     """Every registered kind that acts on the scores, once per ``--rpe-slopes`` value where it reads it."""
     cases = []
     for name, kind in POSITION_KINDS.items():
-        if kind.contract is BY_DISTANCE:
+        if kind.contract.scores:
             cases += [BiasCase(name, s) for s in SLOPES] if "rpe_slopes" in kind.reads else [BiasCase(name)]
     return cases
 
@@ -66,12 +66,28 @@ def make_bias(case: BiasCase, num_heads: int = HEADS, bidirectional: bool = Fals
     return build_module(POSITION_KINDS[case.kind], shape, case.options)
 
 
+def reads_positions(case: BiasCase) -> bool:
+    """Whether the case's bias is a function of the query and key positions ``(i, j)``, not of ``i - j`` alone
+    (no table by distance: the fused kernel and flex refuse it)."""
+    kind = POSITION_KINDS[case.kind]
+    return kind.module is not None and kind.contract is BY_POSITIONS
+
+
+def table_cases() -> List[BiasCase]:
+    """:func:`one_case_per_kind` of the kinds read by distance: those the fused kernel and flex take."""
+    return [case for case in one_case_per_kind() if not reads_positions(case)]
+
+
 def bias_reference(case: BiasCase):
-    """``(module, h, d) -> b_h(d)`` from ``tests/reference.BIAS_FORMULAS``, or ``None`` for a kind without a module."""
+    """``(module, h, i, j) -> b_h(i, j)`` from ``tests/reference.BIAS_FORMULAS`` (``b_h(i - j)``) or
+    ``PAIR_BIAS_FORMULAS``, or ``None`` for a kind without a module."""
     if POSITION_KINDS[case.kind].module is None:
         return None
+    if case.kind in PAIR_BIAS_FORMULAS:
+        pair = PAIR_BIAS_FORMULAS[case.kind]
+        return lambda module, h, i, j: pair(module, case.options, h, i, j)
     formula = BIAS_FORMULAS[case.kind]
-    return lambda module, h, d: formula(module, case.options, h, d)
+    return lambda module, h, i, j: formula(module, case.options, h, i - j)
 
 
 def make_t5_attention(kind, seed=0, num_buckets=8, max_distance=10, dropout=0.0):

@@ -60,6 +60,18 @@ def kerple_power(r1, r2, d: int):
     return -r1 * torch.exp(r2 * math.log(abs(d))) if d else 0.0 * (r1 + r2)
 
 
+def fire_bias(m, h: int, i: int, j: int):
+    """FIRE's ``b_h(i, j)`` (Li et al., ICLR 2024) for query position ``i`` and key position ``j``, from the
+    paper: ``f(psi(|i - j|) / (psi(max(L, i)) + 1e-6))_h`` with ``psi(x) = log(|c| x + 1)``, ``L = |l| L0`` and
+    ``f(x) = W2 relu(W1 x + b1) + b2``; a float64 scalar tensor (gradients reach every parameter)."""
+    c = m.c.double().abs()
+    threshold = (m.threshold_scale.double() * m.threshold.double()).abs()
+    reach = threshold if threshold.item() > i else torch.tensor(float(i), dtype=torch.float64)  # max(L, i)
+    x = torch.log(c * abs(i - j) + 1) / (torch.log(c * reach + 1) + 1e-6)
+    hidden = torch.relu(m.hidden_weight.double()[:, 0] * x + m.hidden_bias.double())  # (width,)
+    return (m.output_weight.double()[h] * hidden).sum() + m.output_bias.double()[h]
+
+
 # The formula of every position kind of the registry (fairseq_urpe.models.position_kinds), by its name,
 # written from the papers: ``BIAS_FORMULAS[kind](module, options, h, d)`` is ``b_h(d)`` (a float64 scalar
 # tensor, so gradients flow to the module's parameters) of ``module``, built with ``options`` (the
@@ -81,6 +93,9 @@ BIAS_FORMULAS = {
         kerple_power(kerple_coefficient(m.r1[h], 0.01), kerple_coefficient(m.r2[h], 0.01, 2.0), d)),
 }
 ROTATION_FORMULAS = {"rope": lambda x: rope_complex(x)}
+# The kinds whose bias is a function of the query and key positions, not of i - j alone:
+# ``PAIR_BIAS_FORMULAS[kind](module, options, h, i, j)`` is ``b_h(i, j)``, as above.
+PAIR_BIAS_FORMULAS = {"fire": lambda m, o, h, i, j: fire_bias(m, h, i, j)}
 
 
 def position_matrix(tgt_len: int, src_len: int, heads: int, value_of) -> torch.Tensor:
@@ -89,6 +104,15 @@ def position_matrix(tgt_len: int, src_len: int, heads: int, value_of) -> torch.T
     first = src_len - tgt_len
     return torch.stack([
         torch.stack([torch.stack([value_of(h, first + i - j) for j in range(src_len)]) for i in range(tgt_len)])
+        for h in range(heads)
+    ])
+
+
+def pair_matrix(tgt_len: int, src_len: int, heads: int, value_of) -> torch.Tensor:
+    """``(H, T, S)`` tensor of ``value_of(h, i, j)`` for query positions ``i`` the last T of S and key positions ``j``."""
+    first = src_len - tgt_len
+    return torch.stack([
+        torch.stack([torch.stack([value_of(h, first + i, j) for j in range(src_len)]) for i in range(tgt_len)])
         for h in range(heads)
     ])
 

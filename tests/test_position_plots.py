@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from fairseq_urpe import position_plots as urpe_inspect
+from tests.checkpoints import load_checkpoint
 
 LEGACY = Path(__file__).parent / "models" / "legacy"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -72,7 +73,7 @@ def test_bad_input_names_the_argument(tmp_path, argv, message):
 def checkpoint_with(tmp_path, **model_options):
     """``urpe_unique.pt`` (trained at --tokens-per-sample 8, unique C up to distance 7) with its stored
     options changed, written under ``tmp_path``."""
-    state = torch.load(LEGACY / "urpe_unique.pt", weights_only=False)
+    state = load_checkpoint(LEGACY / "urpe_unique.pt")
     state["cfg"]["model"].update(model_options)
     path = tmp_path / "checkpoint.pt"
     torch.save(state, path)
@@ -94,3 +95,21 @@ def test_a_c_that_refuses_farther_distances_plots_by_default_and_names_max_dista
         urpe_inspect.write_plots([str(checkpoint), "--out", str(tmp_path), "--data", str(LEGACY), "--max-distance", "8"])
     with pytest.raises(SystemExit, match=r"--sentence of 16 tokens \(with the leading </s>\) is too long for this model"):
         urpe_inspect.write_plots([str(checkpoint), "--out", str(tmp_path), "--data", str(LEGACY)])
+
+
+from tests.models.conftest import build_lm, dict_dir  # noqa: E402,F401  (fixtures)
+
+
+def test_a_bias_of_i_and_j_is_plotted_as_rows_of_a_few_query_positions(build_lm, tmp_path):
+    """FIRE's b(i, j) has no single curve by distance: the plot draws b_h(i, i - k) for i = K/4, K/2, K."""
+    model, _ = build_lm("transformer_lm_urpe_fire_tiny")
+    bias = model.decoder.position_bias
+    rows = urpe_inspect.query_rows(bias, 15)
+    assert sorted(rows) == [3, 7, 15]
+    with torch.no_grad():
+        full = bias(torch.arange(16), torch.arange(16))  # (H, 16, 16)
+    for i, values in rows.items():
+        torch.testing.assert_close(values, full[:, i, : i + 1].flip(-1), rtol=1e-6, atol=1e-6)
+    urpe_inspect.plot_positions(model.eval(), 15, tmp_path / "positions.png", 60)
+    width, height = png_size(tmp_path / "positions.png")
+    assert width > 400 and height > 100

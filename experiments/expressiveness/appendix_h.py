@@ -39,9 +39,10 @@ import sys
 import time
 from pathlib import Path
 
+from experiments import study_driver
 from experiments.expressiveness import verdict_rules as rules
-from experiments.expressiveness import runs_file
-from experiments.expressiveness.runs_file import add_runner_options, append_run, cell_records, read_runs, train_side_by_side
+from experiments.runs_file import cell_records, seed_of
+from experiments.study_driver import Cell, Study, add_study_options, model_seconds
 
 LENGTH, STEPS, BATCH, EVAL = 1000, 10_000, 100, 10_000
 LR, POSITION_LR, WEIGHT_DECAY, WARMUP, WIDTH = 1e-3, 1e-2, 0.01, 200, 16
@@ -193,7 +194,7 @@ def exact_parameters(model, name):
     return model
 
 
-def train_eval(config, seeds, size):
+def train_eval(config, size, seeds):
     """Train one model per seed of ``seeds`` side by side (``torch.func.vmap`` over the stacked parameters: the
     same arithmetic as separate runs, since AdamW is elementwise and the loss a sum of per-seed losses); the
     seeds differ in initialisation and share one stream of training and test data (that of ``min(seeds)``).
@@ -272,8 +273,8 @@ def config_runs(config, runs):
 
 
 def seeds_to_train(config, runs, fixed=None):
-    """The seeds ``config`` trains next (runs_file.seeds_to_train)."""
-    return runs_file.seeds_to_train(config_runs(config, runs), is_dead, fixed)
+    """The seeds ``config`` trains next (study_driver.seeds_to_train)."""
+    return study_driver.seeds_to_train(config_runs(config, runs), is_dead, fixed, rules.next_seeds)
 
 
 def is_dead(record):
@@ -405,61 +406,47 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true", help="tiny sizes (length 40, 20 steps): every code path in seconds")
     p.add_argument("--tables", default=" ".join(TABLES), help="tables to run, e.g. '8 9'")
-    add_runner_options(p, seeds=None)
+    add_study_options(p)
     p.add_argument("--cells", default="", help="train only these configurations (space-separated keys as in the runs "
                                                "file, seed left out: 'power|log|DPF|H=1|m=None')")
     a = p.parse_args(argv)
     size = SMOKE if a.smoke else dict(length=LENGTH, steps=STEPS, batch=BATCH, eval=EVAL, lags=LAGS)
-    fixed = None if a.seeds is None else [int(s) for s in a.seeds.split()]
     out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    log_path = out / "appendix_h_runs.jsonl"
-    runs = read_runs(log_path, lambda r: r["size"] == size or r["size"] == {**size, "lags": list(size["lags"])})
     job_list = jobs(a.tables.split())
     configs = list({key_of(j[4], "*"): j for j in job_list}.values())  # tables 3 and 6 share cells
     if a.cells:
         configs = [j for j in configs if key_of(j[4], "*")[: -len("|*")] in a.cells.split()]
     # The largest first, so that the last job to finish is a short one.
     configs.sort(key=lambda j: -(j[2] * (4 if j[4]["dot_product"] else 1) + (j[3] or 0) / 64))
-    start, trained = time.time(), 0
-    with open(log_path, "a") as log:
-        def record(job, seed, mse, relative, spread, seconds):
-            table, label, heads, ffn, config = job
-            r = {"key": key_of(config, seed), "mse": mse, "relative": relative, "spread": spread,
-                 "seconds": seconds, "size": size, "config": config}
-            append_run(log, runs, r)
-            print(f"  table {table} {label:12s} H={heads} m={ffn} seed {seed}: mse {mse:.3g} (rel {relative:.3g}, "
-                  f"spread {spread:.3g}{', dead' if is_dead(r) else ''}, {seconds:.0f} s)", flush=True)
 
-        # Rounds: every configuration trains its next seeds (verdict_rules.next_seeds: the first batch, then more
-        # while it has too few live seeds), side by side in one job per configuration.
-        while not a.no_train:
-            todo = [(j, seeds) for j in configs if (seeds := seeds_to_train(j[4], runs, fixed))]
-            if not todo:
-                break
-            print(f"round: {len(todo)} configurations, {sum(len(s) for _, s in todo)} models, {size}, "
-                  f"{a.jobs} at once", flush=True)
-            trained += sum(len(s) for _, s in todo)
-            calls = [(j[4], seeds, size) for j, seeds in todo]
-            for (config, job_seeds, _), results in train_side_by_side(train_eval, calls, a.jobs):
-                job = next(j for j, _ in todo if j[4] is config)
-                for seed, result in zip(job_seeds, results):
-                    record(job, seed, *result)
-    results = summarise(job_list, runs)
-    model_seconds = sum(r["seconds"] for r in runs.values())
-    header = (f"Appendix H at length {size['length']}, {size['steps']} AdamW steps of batch {size['batch']}; MSE on "
-              f"{size['eval']} fresh samples; {len(runs)} models, {model_seconds / 60:.1f} model-min in all.")
-    ceilings_path = out / "class_ceilings.json"
-    ceilings = json.loads(ceilings_path.read_text()) if ceilings_path.exists() else None
-    table = markdown(results, header, ceilings)
-    print(table)
-    print(f"this invocation: {trained} models, {a.jobs} at once, {(time.time() - start) / 60:.1f} min wall", flush=True)
-    (out / "appendix_h.md").write_text(table + "\n")
-    (out / "appendix_h.json").write_text(json.dumps(
-        {"size": size, "tables": {t: {k: v for k, v in TABLES[t].items()} for t in results},
-         "verdicts": {t: verdict(t, rows) for t, rows in results.items()}, "results": results,
-         "first_lag_only": first_lag_only(size["length"]), "rules": rules.RULE_TEXT,
-         "model_seconds": model_seconds}, indent=1))
+    def record(cell, seed, result):
+        mse, relative, spread, seconds = result
+        return {"mse": mse, "relative": relative, "spread": spread, "seconds": seconds, "size": size,
+                "config": cell.about[4]}
+
+    def describe(cell, r):
+        table, label, heads, ffn, _ = cell.about
+        return (f"  table {table} {label:12s} H={heads} m={ffn} seed {seed_of(r)}: mse {r['mse']:.3g} "
+                f"(rel {r['relative']:.3g}, spread {r['spread']:.3g}{', dead' if is_dead(r) else ''}, "
+                f"{r['seconds']:.0f} s)")
+
+    def tables(runs):
+        results = summarise(job_list, runs)
+        seconds = model_seconds(runs)
+        header = (f"Appendix H at length {size['length']}, {size['steps']} AdamW steps of batch {size['batch']}; MSE "
+                  f"on {size['eval']} fresh samples; {len(runs)} models, {seconds / 60:.1f} model-min in all.")
+        ceilings_path = out / "class_ceilings.json"
+        ceilings = json.loads(ceilings_path.read_text()) if ceilings_path.exists() else None
+        return markdown(results, header, ceilings), {
+            "size": size, "tables": {t: {k: v for k, v in TABLES[t].items()} for t in results},
+            "verdicts": {t: verdict(t, rows) for t, rows in results.items()}, "results": results,
+            "first_lag_only": first_lag_only(size["length"]), "rules": rules.RULE_TEXT, "model_seconds": seconds}
+
+    # Each configuration trains its seeds side by side in one job (train_eval), verdict_rules' batches in rounds.
+    study = Study("appendix_h", keep=lambda r: r["size"] == size or r["size"] == {**size, "lags": list(size["lags"])},
+                  train=train_eval, record=record, describe=describe, dead=is_dead, next_seeds=rules.next_seeds,
+                  tables=tables, together=True)
+    study.run(a, [Cell(key_of(j[4], ""), (j[4], size), j) for j in configs])
     return 0
 
 

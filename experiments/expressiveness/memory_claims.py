@@ -52,8 +52,8 @@ import time
 from pathlib import Path
 
 from experiments.expressiveness import verdict_rules as rules
-from experiments.expressiveness.runs_file import (add_runner_options, append_run, cell_records, read_runs,
-                                                  seeds_to_train, train_side_by_side)
+from experiments.runs_file import cell_records
+from experiments.study_driver import Cell, Study, add_study_options, model_seconds
 
 RESTARTS, FIT_ITERS = 8, 200
 RATE_LAGS, FIT_HEADS, RATE_THRESHOLD = (64, 256, 1024), (1, 2, 3, 4, 8, 16, 32), 0.5
@@ -324,7 +324,7 @@ def memory_batch(task, lags, batch, length, rng):
     return torch.tensor(np.concatenate([x, start], -1), dtype=torch.float32), torch.tensor(y, dtype=torch.float32)
 
 
-def train_eval(config, seed, size):
+def train_eval(config, size, seed):
     """Train one model for ``size["steps"]`` steps; ``(test relative error, spread, curve, steps, flat, seconds)``.
     The curve is the relative error of the weights' moving average on ``size["valid"]`` held-out sequences every
     ``eval_every`` steps; ``flat`` is verdict_rules.flat of the whole curve; the test error is on ``size["eval"]``
@@ -510,15 +510,13 @@ def main(argv=None):
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--only", default="fits trained")
     p.add_argument("--experiments", default="adaptive nested summax", help="trained experiments to run")
-    add_runner_options(p, seeds=None)
+    add_study_options(p)
     a = p.parse_args(argv)
     size = dict(SMOKE) if a.smoke else dict(rate_lags=RATE_LAGS, fit_heads=FIT_HEADS, restarts=RESTARTS,
                                             iters=FIT_ITERS, decay_lengths={}, steps=STEPS, batch=BATCH, eval=EVAL,
                                             valid=VALID, eval_every=EVAL_EVERY)
-    fixed = None if a.seeds is None else [int(s) for s in a.seeds.split()]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    start = time.time()
     fits_path = out / "memory_claims_fits.json"
     fits = None
     if "fits" in a.only and not (a.no_train and fits_path.exists()):
@@ -527,48 +525,37 @@ def main(argv=None):
         print(f"fits done in {fits['seconds']:.0f} s", flush=True)
     elif fits_path.exists():
         fits = json.loads(fits_path.read_text())
-    log_path = out / "memory_claims_runs.jsonl"
     budget = {k: size[k] for k in ("steps", "batch", "eval", "valid", "eval_every")}
-    runs = read_runs(log_path, lambda r: r.get("budget") == budget)
-    trained_now = 0
-    if "trained" in a.only:
-        configs = list({key_of(c, "*"): c for e, _, c in trained_cells() if e in a.experiments.split()}.values())
-        with open(log_path, "a") as log:
-            def record(config, seed, error, spread, curve, steps, stopped_flat, seconds):
-                r = {"key": key_of(config, seed), "error": error, "spread": spread, "curve": curve,
-                     "trained_steps": steps, "flat": stopped_flat, "seconds": seconds, "budget": budget,
-                     "config": config}
-                append_run(log, runs, r)
-                print(f"  {r['key']}: {error:.4f} after {steps} steps ({'flat' if stopped_flat else 'budget'}"
-                      f"{', dead' if is_dead(r) else ''}, {seconds:.0f} s)", flush=True)
+    configs = list({key_of(c, "*"): c for e, _, c in trained_cells() if e in a.experiments.split()}.values())
+    configs.sort(key=lambda c: -c["heads"] * c["layers"])  # the largest first
 
-            # Rounds: each configuration trains its next seeds (verdict_rules.next_seeds, or exactly --seeds).
-            while not a.no_train:
-                todo = []
-                for c in configs:
-                    todo += [(c, s) for s in seeds_to_train(config_runs(c, runs), is_dead, fixed)]
-                if not todo:
-                    break
-                todo.sort(key=lambda cs: -cs[0]["heads"] * cs[0]["layers"])  # the largest first
-                print(f"round: {len(todo)} models to train", flush=True)
-                trained_now += len(todo)
-                for (c, s, _), result in train_side_by_side(train_eval, [(c, s, size) for c, s in todo], a.jobs):
-                    record(c, s, *result)
-    trained = summarise_trained(runs)
-    verdicts = {**(fit_verdicts(fits, size) if fits else {}), **trained_verdicts(trained)}
-    model_seconds = sum(r["seconds"] for r in runs.values())
-    header = (f"Memory claims: best fits in {fits['seconds'] / 60 if fits else 0:.1f} min ({size['restarts']} random "
-              f"starts and one warm start per H, {size['iters']} L-BFGS iterations each); {len(runs)} trained models "
-              f"({model_seconds / 60:.1f} model-min), Adam lr {LR} (constant after {WARMUP} warm-up steps), batches of "
-              f"{size['batch']} sequences, {size['steps']} steps, curves of the weights' moving average (decay {EMA}).")
-    text = markdown(fits, trained, verdicts, header)
-    print(text)
-    print(f"this invocation: {trained_now} models, {(time.time() - start) / 60:.1f} min wall", flush=True)
-    (out / "memory_claims.md").write_text(text + "\n")
-    (out / "memory_claims.json").write_text(json.dumps({"rules": {**RULES, **rules.RULE_TEXT},
-                                                        "rules_written": {**WRITTEN, **rules.RULE_WRITTEN}, "verdicts": verdicts,
-                                                        "fits": fits, "trained": trained, "size": size,
-                                                        "model_seconds": model_seconds}, indent=1, default=str))
+    def record(cell, seed, result):
+        error, spread, curve, steps, stopped_flat, seconds = result
+        return {"error": error, "spread": spread, "curve": curve, "trained_steps": steps, "flat": stopped_flat,
+                "seconds": seconds, "budget": budget, "config": cell.about}
+
+    def describe(cell, r):
+        return (f"  {r['key']}: {r['error']:.4f} after {r['trained_steps']} steps "
+                f"({'flat' if r['flat'] else 'budget'}{', dead' if is_dead(r) else ''}, {r['seconds']:.0f} s)")
+
+    def tables(runs):
+        trained = summarise_trained(runs)
+        verdicts = {**(fit_verdicts(fits, size) if fits else {}), **trained_verdicts(trained)}
+        seconds = model_seconds(runs)
+        header = (f"Memory claims: best fits in {fits['seconds'] / 60 if fits else 0:.1f} min ({size['restarts']} "
+                  f"random starts and one warm start per H, {size['iters']} L-BFGS iterations each); {len(runs)} "
+                  f"trained models ({seconds / 60:.1f} model-min), Adam lr {LR} (constant after {WARMUP} warm-up "
+                  f"steps), batches of {size['batch']} sequences, {size['steps']} steps, curves of the weights' moving "
+                  f"average (decay {EMA}).")
+        return markdown(fits, trained, verdicts, header), {
+            "rules": {**RULES, **rules.RULE_TEXT}, "rules_written": {**WRITTEN, **rules.RULE_WRITTEN},
+            "verdicts": verdicts, "fits": fits, "trained": trained, "size": size, "model_seconds": seconds}
+
+    # Rounds: each configuration trains its next seeds (verdict_rules.next_seeds, or exactly --seeds).
+    study = Study("memory_claims", keep=lambda r: r.get("budget") == budget, train=train_eval, record=record,
+                  describe=describe, dead=is_dead, next_seeds=rules.next_seeds, tables=tables)
+    cells = [Cell(key_of(c, ""), (c, size), c) for c in configs] if "trained" in a.only else []
+    runs = study.run(a, cells)
     if runs and not a.smoke:
         plot_curves(runs, out / "memory_claims_curves.png")
     return 0

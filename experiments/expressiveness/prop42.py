@@ -30,16 +30,13 @@ find the construction, a rule error rather than a threshold.
 
 import argparse
 import itertools
-import json
-import math
 import statistics
 import sys
 import time
-from pathlib import Path
 
 from experiments.expressiveness import verdict_rules as rules
-from experiments.expressiveness.runs_file import (add_runner_options, append_run, cell_records, read_runs,
-                                                  seeds_to_train, train_side_by_side)
+from experiments.runs_file import cell_records, seed_of
+from experiments.study_driver import Cell, Study, add_study_options, model_seconds
 
 LENGTH, STEPS, LR, WIDTH, GATE_WIDTH = 6, 1000, 1e-2, 16, 16
 HEADS = [1, 2, 4, 8, 16]
@@ -119,7 +116,7 @@ def errors(model, x, y):
     return float(diff.abs().max()), float(diff.pow(2).mean()), float(y_hat.std() / y.std())
 
 
-def train_eval(row, heads, seed, length, steps):
+def train_eval(row, heads, length, steps, seed):
     import torch
 
     from experiments.expressiveness.last_row import LastRowTransformer
@@ -241,53 +238,41 @@ def markdown(results, header):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true")
-    add_runner_options(p, seeds=None)
+    add_study_options(p)
     a = p.parse_args(argv)
     length, steps, heads = (SMOKE["length"], SMOKE["steps"], SMOKE["heads"]) if a.smoke else (LENGTH, STEPS, HEADS)
-    fixed = None if a.seeds is None else [int(s) for s in a.seeds.split()]
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    log_path = out / "prop42_runs.jsonl"
-    runs = read_runs(log_path, lambda r: r["length"] == length and r["steps"] == steps and "spread" in r)
     cells = sorted(((row, h) for row in ROWS for h in row_heads(row, a.smoke)),
                    key=lambda c: (ROWS.index(c[0]), -c[1]))  # the paper's class first
-    start, trained = time.time(), 0
-    with open(log_path, "a") as log:
-        def record(row, h, s, sup, mse, spread, seconds):
-            r = {"key": key_of(row, h, s), "sup": sup, "mse": mse, "spread": spread, "seconds": seconds,
-                 "length": length, "steps": steps}
-            append_run(log, runs, r)
-            print(f"  {row[0]:28s} {row[1]:11s} H={h:2d} seed {s}: sup {sup:.4f} mse {mse:.4g}"
-                  f"{' (dead)' if is_dead(r) else ''} ({seconds:.0f} s)", flush=True)
 
-        # Rounds: each cell trains its next seeds (verdict_rules.next_seeds, or exactly --seeds).
-        while not a.no_train:
-            todo = []
-            for row, h in cells:
-                todo += [(row, h, s) for s in seeds_to_train(row_runs(runs, row, h), is_dead, fixed)]
-            if not todo:
-                break
-            print(f"round: {len(todo)} models, length {length}, {steps} steps", flush=True)
-            trained += len(todo)
-            for (row, h, s, _, _), result in train_side_by_side(train_eval, [(*c, length, steps) for c in todo], a.jobs):
-                record(row, h, s, *result)
-    results = summarise(runs, ROWS, sorted({h for r in ROWS for h in row_heads(r, a.smoke)}))
-    x = all_inputs(length)
-    built = {"heads": length + 2, "no denominator": errors(construction(length), x, targets(x))}
-    softmax_twin = construction(length)
-    softmax_twin.normalize = True  # the same parameters under a softmax: the key-constant term cancels
-    built["softmax"] = errors(softmax_twin, x, targets(x))
-    results["construction"] = built
-    model_seconds = sum(r["seconds"] for r in runs.values())
-    header = (f"Prop 4.2 at length {length} (every one of 3^{length} inputs), {steps} full-batch Adam steps; "
-              f"{len(runs)} models, {model_seconds / 60:.1f} model-min in all.")
-    text = markdown(results, header)
-    print(text)
-    print(f"this invocation: {trained} models, {a.jobs} at once, {(time.time() - start) / 60:.1f} min wall", flush=True)
-    (out / "prop42.md").write_text(text + "\n")
-    (out / "prop42.json").write_text(json.dumps({"length": length, "steps": steps,
-                                                 "verdicts": verdicts(results), "results": results, "rules": RULES, "rules_written": WRITTEN,
-                                                 "model_seconds": model_seconds}, indent=1))
+    def record(cell, seed, result):
+        sup, mse, spread, seconds = result
+        return {"sup": sup, "mse": mse, "spread": spread, "seconds": seconds, "length": length, "steps": steps}
+
+    def describe(cell, r):
+        row, h = cell.about
+        return (f"  {row[0]:28s} {row[1]:11s} H={h:2d} seed {seed_of(r)}: sup {r['sup']:.4f} "
+                f"mse {r['mse']:.4g}{' (dead)' if is_dead(r) else ''} ({r['seconds']:.0f} s)")
+
+    def tables(runs):
+        results = summarise(runs, ROWS, sorted({h for r in ROWS for h in row_heads(r, a.smoke)}))
+        x = all_inputs(length)
+        built = {"heads": length + 2, "no denominator": errors(construction(length), x, targets(x))}
+        softmax_twin = construction(length)
+        softmax_twin.normalize = True  # the same parameters under a softmax: the key-constant term cancels
+        built["softmax"] = errors(softmax_twin, x, targets(x))
+        results["construction"] = built
+        seconds = model_seconds(runs)
+        header = (f"Prop 4.2 at length {length} (every one of 3^{length} inputs), {steps} full-batch Adam steps; "
+                  f"{len(runs)} models, {seconds / 60:.1f} model-min in all.")
+        return markdown(results, header), {"length": length, "steps": steps, "verdicts": verdicts(results),
+                                           "results": results, "rules": RULES, "rules_written": WRITTEN,
+                                           "model_seconds": seconds}
+
+    # Rounds: each cell trains its next seeds (verdict_rules.next_seeds, or exactly --seeds).
+    study = Study("prop42", keep=lambda r: r["length"] == length and r["steps"] == steps and "spread" in r,
+                  train=train_eval, record=record, describe=describe, dead=is_dead, next_seeds=rules.next_seeds,
+                  tables=tables)
+    study.run(a, [Cell(key_of(row, h, ""), (row, h, length, steps), (row, h)) for row, h in cells])
     return 0
 
 

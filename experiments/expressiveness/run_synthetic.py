@@ -12,14 +12,13 @@ accuracy vs updates: every seed faint, the mean bold) and the logs.
 """
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from experiments.study_driver import train_side_by_side, write_tables
 from experiments.sweeps import add_run_options, fill_from_preset
 from fairseq_urpe.fairseq_runs import fairseq_env, json_curve, mean_std, run
 
@@ -76,8 +75,7 @@ def train_command(out, task, model, seed, size, a):
     return [str(c) for c in cmd], log
 
 
-def run_one(job):
-    cmd, log = job
+def run_one(cmd, log):
     result = run(cmd, log=log, env=fairseq_env(threads=int(os.environ.get("OMP_NUM_THREADS", "1"))), cwd=REPO)
     return result.returncode, result.seconds
 
@@ -148,12 +146,12 @@ def main(argv=None):
     keys = [(t, m, s) for t in a.tasks.split() for m in a.models.split() for s in seeds]
     jobs = {k: train_command(out, *k, a.size, a) for k in keys}
     start = time.time()
-    with ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        futures = {k: pool.submit(run_one, job) for k, job in jobs.items()}
-        done = {}
-        for k, f in futures.items():
-            done[k] = f.result()
-            print(f"  {k[0]} {k[1]} seed {k[2]}: exit {done[k][0]}, {done[k][1]:.0f} s", flush=True)
+    key_of = {id(job): k for k, job in jobs.items()}
+    done = {}
+    for job, result in train_side_by_side(run_one, jobs.values(), a.jobs, threads=True):
+        k = key_of[id(job)]
+        done[k] = result
+        print(f"  {k[0]} {k[1]} seed {k[2]}: exit {done[k][0]}, {done[k][1]:.0f} s", flush=True)
     wall = time.time() - start
 
     results = {}
@@ -184,10 +182,8 @@ def main(argv=None):
             + f" | {PAPER[(task, model)]} | {statistics.fmean(run['seconds'] for run in runs):.0f} |")
     table = "\n".join(lines)
     print(table)
-    (out / "results.md").write_text(table + "\n")
-    (out / "results.json").write_text(json.dumps(
-        {"settings": {k: v for k, v in vars(a).items()}, "wall_seconds": wall,
-         "results": {f"{t}/{m}": r for (t, m), r in results.items()}}, indent=1))
+    write_tables(out, "results", table, {"settings": {k: v for k, v in vars(a).items()}, "wall_seconds": wall,
+                                         "results": {f"{t}/{m}": r for (t, m), r in results.items()}})
     plot(results, out / "curves.png")
     print(f"wrote {out / 'results.md'} and {out / 'curves.png'}")
     return 0 if all(run["exit"] == 0 for r in results.values() for run in r["runs"].values()) else 1

@@ -1,7 +1,7 @@
 """Does URPE lower a language model's perplexity? Stock (and stock without positions, NoPE, as fairseq's flag and as
 the plugin's arch), T5-RPE, ALiBi
 and log, each with URPE's C none / bucketed / unique (and T5-RPE with its b started flat, ``--rpe-init zero``,
-with and without C), KERPLE(log) with and without C, several seeds, on the Brown corpus, through fairseq-train and fairseq-eval-lm.
+with and without C), KERPLE(log) and FIRE, each with and without C, several seeds, on the Brown corpus, through fairseq-train and fairseq-eval-lm.
 
     python -m experiments.language_modeling.brown_sweep --out DIR [options]   # (run_brown.sh sets the knobs)
 
@@ -19,9 +19,9 @@ import json
 import logging
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from experiments.study_driver import train_side_by_side, write_tables
 from experiments.sweeps import add_run_options, fill_from_preset
 from fairseq_urpe.fairseq_runs import fairseq_env, json_curve, mean_std, run
 
@@ -49,6 +49,10 @@ CONFIGS = {
     "log+C unique": ("transformer_lm_urpe_log", ["--urpe-toeplitz", "unique"]),
     "kerple": ("transformer_lm_kerple", []),
     "kerple+C bucketed": ("transformer_lm_urpe_kerple", []),
+    # a bias of (i, j), on the dense attention; its threshold L starts at the authors' 512, past every query of
+    # the cpu preset's 1L..4L = 128..512, so there its normaliser is psi(L) until training moves L
+    "fire": ("transformer_lm_fire", []),
+    "fire+C bucketed": ("transformer_lm_urpe_fire", []),
 }
 PRESETS = {
     # the sweep of docs/language_modeling.md: the demo's model on the whole corpus
@@ -392,7 +396,7 @@ def interaction_markdown(table):
 
 
 COLORS = {"stock": "black", "nope": "tab:gray", "t5": "tab:blue", "alibi": "tab:green", "log": "tab:red",
-          "kerple": "tab:purple"}
+          "kerple": "tab:purple", "fire": "tab:orange"}
 STYLES = {"none": "-", "bucketed": "--", "unique": ":"}
 
 
@@ -540,23 +544,21 @@ def main(argv=None):
         jobs = [(c, s) for c, s in jobs if (a.out / "eval" / f"{train_command(a, data_bin, c, s)[0]}.json").exists()]
         print(f"--collect-only: {len(jobs)} finished run(s) in {a.out / 'eval'}", flush=True)
     start = time.time()
-    runs = []
-    with ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        futures = [pool.submit(run_one, a, data_bin, c, s) for c, s in jobs]
-        for i, future in enumerate(futures, 1):
-            r = future.result()
-            runs.append(r)
-            ppl = " ".join(f"{k}L {r['test_ppl'][str(k)]:.1f}" if r.get("test_ppl", {}).get(str(k)) else f"{k}L n/a"
-                           for k in a.factors) if "test_ppl" in r else f"FAILED (exit {r.get('train_exit')}/{r.get('eval_exit')})"
-            print(f"[{i}/{len(jobs)}] {r['config']} seed {r['seed']}: test ppl {ppl} ({r['train_seconds']:.0f} s train)",
-                  flush=True)
+    calls = [(a, data_bin, c, s) for c, s in jobs]
+    finished = {}
+    for i, (args, r) in enumerate(train_side_by_side(run_one, calls, a.jobs, threads=True), 1):
+        finished[id(args)] = r
+        ppl = " ".join(f"{k}L {r['test_ppl'][str(k)]:.1f}" if r.get("test_ppl", {}).get(str(k)) else f"{k}L n/a"
+                       for k in a.factors) if "test_ppl" in r else f"FAILED (exit {r.get('train_exit')}/{r.get('eval_exit')})"
+        print(f"[{i}/{len(jobs)}] {r['config']} seed {r['seed']}: test ppl {ppl} ({r['train_seconds']:.0f} s train)",
+              flush=True)
+    runs = [finished[id(args)] for args in calls]  # in the order of jobs, however they finished
     wall = time.time() - start
     cpu, summary, diffs, interaction, tests, table = tables(a, runs)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()}
-    (a.out / "results.json").write_text(json.dumps({"settings": settings, "wall_seconds": wall, "cpu_seconds": cpu,
-                                                    "summary": summary, "paired": diffs, "init_by_c": interaction,
-                                                    "holm_tests": tests, "runs": runs}, indent=1))
-    (a.out / "results.md").write_text(table)
+    write_tables(a.out, "results", table, {"settings": settings, "wall_seconds": wall, "cpu_seconds": cpu,
+                                           "summary": summary, "paired": diffs, "init_by_c": interaction,
+                                           "holm_tests": tests, "runs": runs})
     plot(summary, runs, a)
     print(table)
     print(f"wrote {a.out / 'results.md'}, results.json, extrapolation.png, curves.png")

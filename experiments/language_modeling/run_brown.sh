@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Does URPE lower a language model's perplexity? Trains stock transformer_lm (with and without positions),
-# T5-RPE, ALiBi, log, each with URPE's C none / bucketed / unique, and KERPLE(log) with and without C, for
+# T5-RPE, ALiBi, log, each with URPE's C none / bucketed / unique, and KERPLE(log) and FIRE with and without C, for
 # several seeds on the Brown corpus (fairseq-train), scores the test split at L, 2L and 4L tokens (fairseq-eval-lm), and writes mean ± std tables and plots
 # (OUT/results.md, results.json, extrapolation.png, curves.png). docs/language_modeling.md is its output.
 #   PRESET       cpu: 2 layers, width 64, 4 heads, vocab 16000, L 128, 500 updates of 2048 tokens, the

@@ -42,6 +42,10 @@ and backward where grad mode and the inputs want one); an exception or a non-fin
 (A kernel that corrupts memory can poison the CUDA context before any check sees it; the guard-memory
 tests in ``tests/kernels`` are there for that.)
 
+A bias of the query and key positions ``(i, j)`` (FIRE), not of ``i - j`` alone, has no table by distance:
+such calls run dense under ``auto`` and ``dense``, and ``fused`` and ``flex`` refuse them naming the flag
+(:func:`pair_bias_path`).
+
 Calls the kernel does not compute go to the dense path in every mode: incremental decoding, returning
 attention weights, and any mask other than fairseq's causal future mask (e.g. full-context alignment);
 flex also leaves key padding and dot-product-free attention to the dense path. Every choice is logged
@@ -184,6 +188,28 @@ def attention_backend(
         log_once(f"fused attention: {dropout_rate.describe(dropout_p)}")
     log_path(True, config.describe())
     return backend
+
+
+PAIR_BIAS = ("the position bias is a function of the query and key positions (i, j), not of i - j alone "
+             "(FIRE), and the fused kernel and the flex path read the bias as a table by distance")
+
+
+def pair_bias_refusal(impl: str) -> Optional[str]:
+    """What ``impl`` says to a bias of ``(i, j)``: an error naming the flag (``fused``, ``flex``), else ``None``."""
+    if impl in ("fused", "flex"):
+        return f"{FLAG} {impl}: {PAIR_BIAS}. Use {FLAG} auto or dense (both run it densely)."
+    return None
+
+
+def pair_bias_path(impl: str) -> None:
+    """The path of a call with a bias of ``(i, j)``: the dense one, logged; ``RuntimeError`` naming the flag
+    under ``fused`` and ``flex``, which cannot take it."""
+    if impl not in IMPLS:
+        raise ValueError(f"{FLAG} must be one of {', '.join(IMPLS)}; got {impl!r}")
+    refusal = pair_bias_refusal(impl)
+    if refusal is not None:
+        raise RuntimeError(refusal)
+    _dense(PAIR_BIAS if impl == "auto" else f"{FLAG} dense")
 
 
 def _dense(why: str) -> None:

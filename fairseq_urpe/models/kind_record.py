@@ -30,18 +30,25 @@ class Contract:
     """What a module gives attention. name: the contract's name; slot: the
     :class:`~fairseq_urpe.modules.PositionModules` slot (and state-dict key part, ``decoder.<slot>.weight``)
     it fills; method: what its module defines; acts_on: a line for the table of kinds; scores: whether it
-    adds to the scores (such kinds also run without ``Q K^T``, ``--dot-product-free``)."""
+    adds to the scores (such kinds also run without ``Q K^T``, ``--dot-product-free``); fused_kernel: whether
+    the fused kernel (and flex, which reads the same tables) takes what it gives."""
 
     name: str
     slot: str
     method: str
     acts_on: str
     scores: bool
+    fused_kernel: bool = True
 
 
 # A bias b_h(i - j): one value per head and distance, read from tables by distance.
 BY_DISTANCE = Contract("by_distance", "position_bias", "by_distance(distance (...) long) -> (H, ...)",
                        "scores: b(i - j) added", scores=True)
+# A bias b_h(i, j) of the query and key positions (FIRE): evaluated at the call's query rows, no table by
+# distance, so neither the fused kernel nor flex takes it.
+BY_POSITIONS = Contract("by_positions", "position_bias",
+                        "bias(query_positions (T,), key_positions (S,)) -> (H, T, S)", "scores: b(i, j) added", scores=True,
+                        fused_kernel=False)
 # q_i and k_j rotated by angles of their positions, so that q_i . k_j depends on i - j.
 ROTARY = Contract("rotary", "rotary", "rotation(positions (T,), dtype) -> (cos, sin), each (T, head dim)",
                   "q and k: rotated by position", scores=False)
@@ -49,7 +56,7 @@ ROTARY = Contract("rotary", "rotary", "rotation(positions (T,), dtype) -> (cos, 
 REWEIGHT = Contract("reweight", "toeplitz", "by_distance(distance (...) long) -> (H, ...)",
                     "probabilities: c(i - j) multiplied", scores=False)
 # The contracts a kind may declare, by name (URPE's C is not a kind).
-KIND_CONTRACTS: Dict[str, Contract] = {contract.name: contract for contract in (BY_DISTANCE, ROTARY)}
+KIND_CONTRACTS: Dict[str, Contract] = {contract.name: contract for contract in (BY_DISTANCE, BY_POSITIONS, ROTARY)}
 
 
 @dataclass(frozen=True)
@@ -75,14 +82,18 @@ class ModuleRecipe:
 @dataclass(frozen=True, kw_only=True)
 class PositionKind(ModuleRecipe):
     """One ``--rpe-kind``: a :class:`ModuleRecipe` and description (one line for ``--help`` and the table);
-    contract: what its module gives attention (:data:`KIND_CONTRACTS`); fused_kernel: whether the fused
-    kernel takes it; arch: its archs' name part (``transformer_lm_<arch>``, URPE ``transformer_lm_urpe_<arch>``;
+    contract: what its module gives attention (:data:`KIND_CONTRACTS`), which says whether the fused kernel
+    takes it; arch: its archs' name part (``transformer_lm_<arch>``, URPE ``transformer_lm_urpe_<arch>``;
     default: the kind's name); more_archs: further variants, name part -> option presets."""
 
     contract: Contract = BY_DISTANCE
-    fused_kernel: bool = True
     arch: Optional[str] = None
     more_archs: Dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def fused_kernel(self) -> bool:
+        """Whether the fused kernel (and flex) takes it: a kind without a module, or its contract's say."""
+        return self.module is None or self.contract.fused_kernel
 
     @property
     def dot_product_free(self) -> bool:

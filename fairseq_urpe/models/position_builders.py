@@ -58,9 +58,6 @@ def build_position_modules(cfg, num_heads: int, embed_dim: int, bidirectional: b
     if cfg.dot_product_free and not kind.dot_product_free:
         raise ValueError(f"--rpe-kind {name} acts on q and k, which --dot-product-free removes; "
                          f"choose another --rpe-kind or drop --dot-product-free")
-    if str(getattr(cfg, "urpe_attention_impl", "auto")) == "fused" and not kind.fused_kernel:
-        raise ValueError(f"--urpe-attention-impl fused: the fused kernel does not take --rpe-kind {name}; "
-                         f"use --urpe-attention-impl auto, dense or flex")
     shape = AttentionShape(num_heads, embed_dim // num_heads, bidirectional)
     if kind.contract is ROTARY and shape.head_dim % 2:
         raise ValueError(f"--rpe-kind {name} pairs the head's dimensions: the head dim (embed dim / heads) must be "

@@ -9,8 +9,8 @@ a plugin, a test, one call of :func:`register_kind`).
 
 from typing import Dict
 
-from ..modules import ALiBiBias, KerpleBias, LearnedDistanceBias, LogBias, RotaryEmbedding, T5RelativeBias
-from .kind_record import KIND_CONTRACTS, ROTARY, SHAPE_FIELDS, ModuleRecipe, PositionKind
+from ..modules import ALiBiBias, FireBias, KerpleBias, LearnedDistanceBias, LogBias, RotaryEmbedding, T5RelativeBias
+from .kind_record import BY_POSITIONS, KIND_CONTRACTS, ROTARY, SHAPE_FIELDS, ModuleRecipe, PositionKind
 from .position_options import POSITION_OPTIONS
 
 POSITION_KINDS: Dict[str, PositionKind] = {
@@ -44,6 +44,11 @@ POSITION_KINDS: Dict[str, PositionKind] = {
     "none": PositionKind(
         None, arch="nope", more_archs={"ape": {"absolute_positions": True}},
         description="no position term (NoPE); the 'ape' variants keep fairseq's sinusoidal absolute embeddings"),
+    "fire": PositionKind(
+        FireBias, shape=("num_heads", "bidirectional"), contract=BY_POSITIONS,
+        description="b_h(i, j) = f(psi(i - j) / psi(max(L, i)))_h, psi(x) = log(|c| x + 1), f a learned MLP "
+        "(1 -> 32 ReLU -> H), c and L learned: a function of the query position i too, so causal only and on the "
+        "dense path (FIRE, Li et al.)"),
 }
 
 

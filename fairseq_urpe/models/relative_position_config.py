@@ -79,8 +79,9 @@ class RelativePositionConfig(PositionOptionsConfig):
             "naming this flag where it cannot run (for GPU runs that must not fall back); 'dense': plain "
             "PyTorch; 'flex': PyTorch's compiled flex_attention (URPE's C through its log-sum-exp), refused with "
             "--attention-dropout > 0, for training on CPU and for URPE on CPU; key padding, dot-product-free "
-            "attention and shapes past torch's recompile limit run dense. The log names the path taken "
-            "('attention path: ...')"
+            "attention and shapes past torch's recompile limit run dense. A bias of the query and key positions "
+            "(--rpe-kind fire) runs dense under 'auto' and 'dense'; 'fused' and 'flex' refuse it. The log names the "
+            "path taken ('attention path: ...')"
         },
     )
     absolute_positions: bool = field(

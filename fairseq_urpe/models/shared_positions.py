@@ -18,9 +18,11 @@ import torch
 from fairseq.distributed import fsdp_wrap
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
+from ..kernels.dispatch import pair_bias_refusal
 from ..modules import PositionModules, RelativeMultiheadAttention
 from .checkpoint_upgrade import ORDER_MARK, mark_per_layer_order, per_layer_order, upgrade_per_layer_layout
 from .position_builders import build_position_modules
+from .position_kinds import position_kind
 from .position_record import RECORD, check_finite_tables, check_same_function, decode, encode, function_settings
 
 
@@ -30,6 +32,9 @@ def relative_self_attention(layer, cfg, embed_dim: int, num_heads: int, shared: 
     if str(cfg.urpe_attention_impl) == "flex" and cfg.attention_dropout > 0:
         raise ValueError(f"--urpe-attention-impl flex: flex_attention has no attention dropout, and --attention-dropout "
                          f"is {cfg.attention_dropout}; set it to 0, or use --urpe-attention-impl auto, fused or dense")
+    kind, refusal = position_kind(cfg), pair_bias_refusal(str(cfg.urpe_attention_impl))
+    if refusal is not None and not kind.fused_kernel:  # a bias of (i, j): no table by distance
+        raise ValueError(f"--rpe-kind {cfg.rpe_kind} with {refusal}")
     own = {} if shared is not None else dict(build_position_modules(cfg, num_heads, embed_dim, bidirectional).items())
     return RelativeMultiheadAttention(
         embed_dim,

@@ -2,11 +2,12 @@
 
 from .alibi_bias import ALiBiBias, alibi_slopes
 from .distance_index import BucketIndex, ClippedIndex, clipped_distance_index, relative_position_bucket
+from .fire_bias import FireBias
 from .kerple_bias import KerpleBias
 from .learned_distance_bias import LearnedDistanceBias
 from .learned_table import LearnedBias, LearnedTable
 from .log_bias import LogBias
-from .position_tables import PositionModules, PositionTables, RelativePositionFunction
+from .position_tables import PositionModules, PositionTables, RelativePositionFunction, reads_by_distance
 from .rotary_embedding import RotaryEmbedding
 from .t5_relative_bias import T5RelativeBias
 from .toeplitz_reweighting import ToeplitzReweighting
@@ -19,6 +20,7 @@ __all__ = [
     "ClippedIndex",
     "clipped_distance_index",
     "relative_position_bucket",
+    "FireBias",
     "KerpleBias",
     "LearnedDistanceBias",
     "LearnedBias",
@@ -27,6 +29,7 @@ __all__ = [
     "PositionModules",
     "PositionTables",
     "RelativePositionFunction",
+    "reads_by_distance",
     "RotaryEmbedding",
     "T5RelativeBias",
     "ToeplitzReweighting",

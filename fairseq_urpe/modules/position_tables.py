@@ -4,10 +4,15 @@ the base of the modules read by distance (:class:`RelativePositionFunction`).
 A position kind acts on attention in one of two places, and gives plain tensors for it:
 
     scores             b_h(i - j) added to Q K^T            ``by_distance(distance) -> (H, ...)``
+                       b_h(i, j) added to Q K^T             ``bias(query_positions, key_positions) -> (H, T, S)``
     queries and keys   q_i, k_j rotated by angles of i, j   ``rotation(positions, dtype) -> (cos, sin)``
 
-URPE's ``c_h(i - j)``, multiplied onto the probabilities, is read by distance like ``b``. Every module
-is evaluated once per distance (or position) a call needs; the attention then only indexes and
+Every module acting on the scores has the call shape ``bias(query_positions (T,), key_positions (S,)) ->
+(H, T, S)``; a bias of ``i - j`` alone also has ``by_distance`` (:func:`reads_by_distance`), and is then
+evaluated once per distance, as a table (the fused kernel and the flex path read only such tables). A
+bias of ``(i, j)`` (FIRE) is evaluated at the call's ``T`` query rows, and runs on the dense path.
+URPE's ``c_h(i - j)``, multiplied onto the probabilities, is read by distance. Every module is evaluated
+once per distance (or position, or query row) a call needs; the attention then only indexes, adds and
 multiplies. When all layers share the modules, :meth:`PositionModules.one_forward` makes the tables of
 one forward once for all of them.
 """
@@ -27,6 +32,8 @@ class PositionTables:
     positions (``T = S`` for a full sequence, ``T = 1`` for a decoding step), as plain tensors:
 
         bias      (H, T + S - 1) or None   b at distances -(T-1) .. S-1: entry e holds distance e - (T - 1)
+        pair_bias (H, T, S) or None        b(i, j) of a bias read by position (not by distance): query
+                                           positions S-T .. S-1, key positions 0 .. S-1
         reweight  (H, T + S - 1) or None   URPE's c at the same distances
         rotation  ((T, d), (T, d)) or None cos and sin of the angles of positions S-T .. S-1, for
                                            :func:`rotate` of the queries and the new keys
@@ -41,6 +48,7 @@ class PositionTables:
     bias: Optional[Tensor] = None
     reweight: Optional[Tensor] = None
     rotation: Optional[Tuple[Tensor, Tensor]] = None
+    pair_bias: Optional[Tensor] = None
     bias_constant_from: Optional[int] = None
     reweight_constant_from: Optional[int] = None
 
@@ -54,7 +62,10 @@ class PositionTables:
 
     def kernel_tables(self) -> Tuple[Optional[Tensor], Optional[Tensor]]:
         """``(b, c)`` as the causal kernel reads them: each at distances ``0 ..`` up to where it turns
-        constant (its last entry for every distance past it), so the kernel's far tiles skip table reads."""
+        constant (its last entry for every distance past it), so the kernel's far tiles skip table reads.
+        A bias of ``(i, j)`` has no such table: ``ValueError``."""
+        if self.pair_bias is not None:
+            raise ValueError("the position bias is a function of (i, j), not of i - j: it has no table by distance")
         return self.causal(self.bias, self.bias_constant_from), self.causal(self.reweight, self.reweight_constant_from)
 
 
@@ -80,6 +91,12 @@ class RelativePositionFunction(nn.Module):
         return None
 
 
+def reads_by_distance(module) -> bool:
+    """Whether a module (or its class) acting on the scores is a function of ``i - j`` alone, read as a
+    table by distance (``by_distance``); otherwise it is called with the query and key positions."""
+    return callable(getattr(module, "by_distance", None))
+
+
 def rotate(x: Tensor, rotation: Tuple[Tensor, Tensor]) -> Tensor:
     """``x`` (..., T, d) with each pair ``(x_m, x_{m + d/2})`` turned by the angle whose ``(cos, sin)``
     (T, d) ``rotation`` holds (both halves of the last dim carry the pair's angle):
@@ -103,7 +120,8 @@ def _forwards() -> Dict[int, Dict[tuple, PositionTables]]:
 class PositionModules:
     """The position modules of one attention, or of all the layers sharing them; each optional:
 
-        position_bias   ``by_distance``: b added to the scores (T5, ALiBi, log, per distance)
+        position_bias   b added to the scores: ``by_distance`` (T5, ALiBi, log, per distance, KERPLE),
+                        or ``bias(query_positions, key_positions)`` (FIRE)
         toeplitz        ``by_distance``: URPE's c multiplied onto the probabilities
         rotary          ``rotation``: q and k rotated by position (RoPE)
 
@@ -167,9 +185,13 @@ class PositionModules:
         # (T, S) int64: an int32 index would halve its bytes, but makes index_select and index_add_ about
         # 2.5x slower on CPU (torch 2.13), and the attention reads it for every table
         index = positions[src_len - tgt_len :, None] - positions[None, :] + (tgt_len - 1)  # (T, S)
+        bias = self.position_bias
+        by_distance = bias is not None and reads_by_distance(bias)
         return PositionTables(
             tgt_len, src_len, index,
-            bias=self.position_bias.by_distance(distances) if self.position_bias is not None else None,
+            bias=bias.by_distance(distances) if by_distance else None,
+            # b(i, j): only the call's query rows (a decoding step: its one row)
+            pair_bias=bias(positions[src_len - tgt_len :], positions) if bias is not None and not by_distance else None,
             reweight=self.toeplitz.by_distance(distances) if self.toeplitz is not None else None,
             rotation=self.rotary.rotation(positions[src_len - tgt_len :], dtype) if self.rotary is not None else None,
             # a module of a kind registered elsewhere may not say (None: the kernel reads every distance)

@@ -1,7 +1,7 @@
 """Relative-position self-attention: RPE and URPE (Luo et al., NeurIPS 2022).
 
     q, k = rotate(q, k)                     by their positions, if the kind rotates (RoPE); else as they are
-    S    = Q K^T / sqrt(d) + B + M          B_ij = b_h(i - j) (RPE bias), M = causal/padding mask
+    S    = Q K^T / sqrt(d) + B + M          B_ij = b_h(i - j) (RPE bias; FIRE's b_h(i, j)), M = causal/padding mask
                                             (dot-product-free: S = B + M, Wang & E, NeurIPS 2024)
     A    = softmax(S)                       in float32 for half/bfloat16 inputs (float64 stays float64)
     out  = dropout(A ⊙ C) V                 C_ij = c_h(i - j) (URPE Toeplitz; C = 1 is plain RPE)
@@ -18,7 +18,7 @@ import torch
 from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
-from ..kernels.dispatch import attention_backend
+from ..kernels.dispatch import attention_backend, pair_bias_path
 from .position_tables import PositionModules, PositionTables, rotate
 from .precision import at_least_float32
 from .reweighted_softmax import expand_by_distance, softmax_reweight_values
@@ -32,7 +32,8 @@ class RelativeMultiheadAttention(MultiheadAttention):
     ``reorder_incremental_state``); only ``forward`` is new.
 
     Args:
-        position_bias: module with ``by_distance`` (H, ...) added to the scores, or ``None``.
+        position_bias: module whose bias is added to the scores: ``by_distance`` (H, ...) for a bias of
+            ``i - j``, else called with the query and key positions, ``(H, T, S)`` (FIRE); or ``None``.
         toeplitz: module with ``by_distance`` multiplied onto the probabilities (URPE), or ``None`` (RPE).
         rotary: module with ``rotation`` turning q and k by position (RoPE), or ``None``.
         shared: instead of the three, :class:`PositionModules` that other layers use too. Their owner
@@ -151,9 +152,13 @@ class RelativeMultiheadAttention(MultiheadAttention):
 
         dropout_active = self.dropout_module.p > 0 and (self.training or self.dropout_module.apply_during_inference)
         dropout_p = self.dropout_module.p if dropout_active else 0.0
-        kernel_tables = tables.kernel_tables() if self.attention_impl != "dense" else (None, None)
-        backend = attention_backend(self.attention_impl, v, attn_mask, incremental_state is not None, need_weights,
-                                    dropout_p, self.dot_product, kernel_tables, padding=key_padding_mask is not None)
+        backend = None
+        if tables.pair_bias is not None:  # b(i, j) has no table by distance: dense (fused and flex refuse it)
+            pair_bias_path(self.attention_impl)
+        else:
+            kernel_tables = tables.kernel_tables() if self.attention_impl != "dense" else (None, None)
+            backend = attention_backend(self.attention_impl, v, attn_mask, incremental_state is not None, need_weights,
+                                        dropout_p, self.dot_product, kernel_tables, padding=key_padding_mask is not None)
         if backend is not None:
             out = backend.run(q, k, v, *kernel_tables, key_padding_mask, dropout_p=dropout_p)
             if out is not None:  # None: auto, and this launch signature failed its first launch (dense below)
@@ -165,8 +170,12 @@ class RelativeMultiheadAttention(MultiheadAttention):
             scores = at_least_float32(torch.matmul(q, k.transpose(2, 3)))  # (B, H, T, S)
             if tables.bias is not None:
                 scores += expand_by_distance(tables.bias, tables.index)  # (H, T, S)
+            elif tables.pair_bias is not None:
+                scores += tables.pair_bias  # (H, T, S)
         elif tables.bias is not None:
             scores = expand_by_distance(tables.bias, tables.index)[None]  # (1, H, T, S)
+        elif tables.pair_bias is not None:
+            scores = tables.pair_bias[None]  # (1, H, T, S)
         else:
             scores = v.new_zeros((1, 1, tgt_len, src_len), dtype=torch.promote_types(v.dtype, torch.float32))
         if key_padding_mask is not None:

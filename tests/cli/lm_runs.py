@@ -31,8 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-import torch
-
 from fairseq_urpe.fairseq_runs import Run
 from fairseq_urpe.fairseq_runs import eval_lm_result as parse_eval_lm
 
@@ -91,15 +89,6 @@ def eval_lm_args(data, checkpoint, *extra, tps=TPS, subset="valid"):
         "--gen-subset", subset, "--sample-break-mode", "none", "--tokens-per-sample", tps,
         "--max-tokens", "4096", *extra,
     ]
-
-
-def load_checkpoint(path) -> dict:
-    # fairseq checkpoints hold an omegaconf config and numpy scalars, so weights_only must be off.
-    return torch.load(path, map_location="cpu", weights_only=False)
-
-
-def num_updates(checkpoint: dict) -> int:
-    return checkpoint["optimizer_history"][-1]["num_updates"]
 
 
 @dataclass

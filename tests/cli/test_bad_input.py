@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from fairseq_urpe.fairseq_runs import valid_losses
-from tests.cli.lm_runs import ARCHS, HEADS, UNIQUE_MAX_DISTANCE, USER_DIR, eval_lm_args, load_checkpoint, train_args
+from tests.checkpoints import load_checkpoint
+from tests.cli.lm_runs import ARCHS, HEADS, UNIQUE_MAX_DISTANCE, USER_DIR, eval_lm_args, train_args
 
 
 @pytest.fixture(scope="module")

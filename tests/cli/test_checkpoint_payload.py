@@ -12,7 +12,8 @@ import torch
 
 from fairseq_urpe.checkpoint_file import TRUST_VARIABLE, UntrustedCheckpoint, read_checkpoint
 from fairseq_urpe.fairseq_runs import fairseq_env, run
-from tests.cli.lm_runs import REPO, USER_DIR, eval_lm_args, load_checkpoint
+from tests.checkpoints import load_checkpoint
+from tests.cli.lm_runs import REPO, USER_DIR, eval_lm_args
 
 OPT_IN = [TRUST_VARIABLE, "--trust-checkpoint-code"]
 

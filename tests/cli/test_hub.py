@@ -5,7 +5,8 @@ import re
 import pytest
 import torch
 
-from tests.cli.lm_runs import BUCKETS, HEADS, PROMPT, SCORE_SENTENCE, TPS, USER_DIR, load_checkpoint
+from tests.checkpoints import load_checkpoint
+from tests.cli.lm_runs import BUCKETS, HEADS, PROMPT, SCORE_SENTENCE, TPS, USER_DIR
 
 
 @pytest.mark.e2e

@@ -14,7 +14,8 @@ import torch
 
 from fairseq_urpe.models.architectures import variants
 from fairseq_urpe.models.position_kinds import POSITION_KINDS
-from tests.cli.lm_runs import eval_lm_args, load_checkpoint, num_updates, parse_eval_lm, train_args
+from tests.checkpoints import load_checkpoint, num_updates
+from tests.cli.lm_runs import eval_lm_args, parse_eval_lm, train_args
 
 TPS, UPDATES = 32, 6
 CYCLE = (("urpe", False), ("rpe", True), ("urpe", True), ("rpe", False))  # (C, dot-product-free) per kind in turn

@@ -8,7 +8,8 @@ import math
 import pytest
 
 from fairseq_urpe.fairseq_runs import eval_lm_result, fairseq_command, fairseq_env, run
-from tests.cli.lm_runs import REPO, load_checkpoint, parse_hypotheses
+from tests.checkpoints import load_checkpoint
+from tests.cli.lm_runs import REPO, parse_hypotheses
 from tests.cli.sqrt_kind import HEADS, KIND
 
 TPS, UPDATES = 64, 12

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from fairseq_urpe.fairseq_runs import train_inner_losses
-from tests.cli.lm_runs import RESUME_N, load_checkpoint, num_updates
+from tests.checkpoints import load_checkpoint, num_updates
+from tests.cli.lm_runs import RESUME_N
 
 
 @pytest.mark.e2e

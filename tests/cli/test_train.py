@@ -6,7 +6,8 @@ import math
 import pytest
 
 from fairseq_urpe.fairseq_runs import model_params, valid_losses
-from tests.cli.lm_runs import ARCH_NAME, BUCKETS, HEADS, MODEL_CLASS, TRAIN_UPDATES, VALIDATE_EVERY, load_checkpoint, num_updates
+from tests.checkpoints import load_checkpoint, num_updates
+from tests.cli.lm_runs import ARCH_NAME, BUCKETS, HEADS, MODEL_CLASS, TRAIN_UPDATES, VALIDATE_EVERY
 
 
 @pytest.mark.e2e

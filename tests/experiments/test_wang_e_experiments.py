@@ -13,7 +13,6 @@ import torch
 from experiments.expressiveness import appendix_h, memory_claims, prop42
 from experiments.expressiveness import verdict_rules as rules
 from experiments.expressiveness.last_row import LastRowTransformer, phi, t5_buckets
-from experiments.expressiveness.runs_file import append_run, cell_records, read_runs, seeds_to_train, train_side_by_side
 
 
 @pytest.mark.parametrize("kind", ["lin", "log", "t5", "learned"])
@@ -346,37 +345,6 @@ def test_flat_reads_the_slope_over_the_last_tenth_of_steps():
     settled = [(s, 0.2 + (0.001 if s % 200 else -0.001)) for s in range(100, 2001, 100)]
     assert rules.flat(settled) is True
     assert rules.flat([(100, 1.0), (200, 0.9)]) is None  # too few points in the window
-
-
-def test_runs_file_keeps_the_records_of_this_size_only(tmp_path):
-    assert read_runs(tmp_path / "missing.jsonl", lambda r: True) == {}
-    path = tmp_path / "runs.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in [{"key": "a", "steps": 10}, {"key": "b", "steps": 20},
-                                                      {"key": "a", "steps": 10, "error": 1.0}]))
-    assert read_runs(path, lambda r: r["steps"] == 10) == {"a": {"key": "a", "steps": 10, "error": 1.0}}
-
-
-def test_runs_file_appends_records_that_read_back_by_cell_in_seed_order(tmp_path):
-    path, runs = tmp_path / "runs.jsonl", {}
-    with open(path, "w") as log:
-        for key in ("a|H=1|10", "a|H=1|2", "a|H=16|0", "a|H=1|x"):
-            append_run(log, runs, {"key": key, "steps": 10})
-    assert read_runs(path, lambda r: True) == runs
-    assert [r["key"] for r in cell_records(runs, "a|H=1|")] == ["a|H=1|2", "a|H=1|10"]  # not H=16, not "x"
-
-
-def test_seeds_to_train_takes_fixed_seeds_as_given_and_otherwise_the_next_batch_while_too_few_live():
-    records = [{"key": f"c|{s}", "dead": s in (1, 3, 4)} for s in range(5)]
-    dead = lambda r: r["dead"]  # noqa: E731
-    assert seeds_to_train(records, dead, [0, 7]) == [7]
-    assert seeds_to_train(records, dead, None) == [5, 6, 7, 8, 9]  # 2 of 5 live
-    assert seeds_to_train(records[:1] + records[2:3] + records[5:], dead, None) == rules.next_seeds([0, 2], 2)
-
-
-@pytest.mark.parametrize("jobs", [1, 2])
-def test_train_side_by_side_pairs_each_result_with_its_arguments(jobs):
-    calls = [(2.0, 3.0), (3.0, 2.0), (5.0, 1.0)]
-    assert sorted(train_side_by_side(math.pow, calls, jobs)) == sorted((c, c[0] ** c[1]) for c in calls)
 
 
 @pytest.mark.parametrize("experiment", ["adaptive", "nested", "summax"])

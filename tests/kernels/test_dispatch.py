@@ -14,7 +14,7 @@ pytest.importorskip("triton")
 from fairseq_urpe.kernels import dispatch  # noqa: E402
 from fairseq_urpe.kernels.dispatch import attention_backend, is_future_mask  # noqa: E402
 from tests.models.conftest import build_lm, dict_dir  # noqa: E402,F401  (fixtures)
-from tests.attention_builders import EMBED, HEADS, make_bias, make_t5_attention, one_case_per_kind  # noqa: E402
+from tests.attention_builders import EMBED, HEADS, make_bias, make_t5_attention, table_cases  # noqa: E402
 from tests.reference import causal_mask  # noqa: E402
 
 
@@ -194,7 +194,7 @@ def test_model_fused_equals_dense_and_generation_uses_dense(build_lm, fused_call
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("bias_case", one_case_per_kind(), ids=str)
+@pytest.mark.parametrize("bias_case", table_cases(), ids=str)
 def test_every_bias_kind_fused_equals_dense_with_unique_toeplitz(bias_case, fused_calls):
     """The kernel takes each kind's table by distance (the modules' shared call shape) and its gradient."""
     from fairseq_urpe.modules import RelativeMultiheadAttention, ToeplitzReweighting

@@ -1,5 +1,5 @@
-"""The compiled ``flex`` path's forward equals the dense path's, for every registered kind (CPU, float32),
-and a fairseq language model evaluates through it as through the dense path.
+"""The compiled ``flex`` path's forward equals the dense path's, for every registered kind read by distance
+(CPU, float32), and a fairseq language model evaluates through it as through the dense path.
 
 Compiled flex runs forward-only on CPU, and without the log-sum-exp, so URPE's C is refused there (its
 forms are held to dense URPE in test_flex_attention.py). Each compiled shape costs CPU-seconds: one
@@ -13,15 +13,16 @@ import torch
 
 from fairseq_urpe.kernels import dispatch
 from fairseq_urpe.modules import RelativeMultiheadAttention
-from tests.attention_builders import EMBED, HEADS, make_family_attention, make_rotary_attention, one_case_per_kind
+from tests.attention_builders import EMBED, HEADS, make_family_attention, make_rotary_attention, table_cases
 from tests.reference import causal_mask
 
 LENGTH, BATCH = 20, 2
 
 
 def attentions():
-    """Every kind acting on the scores, RoPE, and no position term: ``{name: attention (float32, eval)}``."""
-    built = {str(case): make_family_attention(case, "rpe", True) for case in one_case_per_kind()}
+    """Every kind acting on the scores by distance (flex refuses a bias of (i, j): test_fire_bias.py), RoPE, and
+    no position term: ``{name: attention (float32, eval)}``."""
+    built = {str(case): make_family_attention(case, "rpe", True) for case in table_cases()}
     built["rope"] = make_rotary_attention(False)
     torch.manual_seed(0)
     built["nope"] = RelativeMultiheadAttention(EMBED, HEADS).double()

@@ -14,6 +14,7 @@ from fairseq import checkpoint_utils
 import fairseq_urpe  # noqa: F401  (registers the archs the legacy checkpoints name)
 from fairseq_urpe.fairseq_runs import fairseq_command, fairseq_env, run, train_inner_losses
 from fairseq_urpe.models.checkpoint_upgrade import ORDER_MARK
+from tests.checkpoints import load_checkpoint
 
 LEGACY = Path(__file__).parent / "legacy"
 REPO = Path(__file__).resolve().parents[2]
@@ -27,7 +28,7 @@ def load(path):
 
 @pytest.mark.parametrize("name,shared", [("rpe", True), ("urpe_bucketed", True), ("urpe_unique", False)])
 def test_an_upgraded_checkpoint_is_saved_in_the_new_layout_and_loads_back(name, shared, tmp_path):
-    stored = torch.load(LEGACY / f"{name}.pt", weights_only=False)
+    stored = load_checkpoint(LEGACY / f"{name}.pt")
     assert any(SHARED_KEY.fullmatch(k) for k in stored["model"])  # every layout so far lists them per layer
     model = load(LEGACY / f"{name}.pt")
     state = model.state_dict()
@@ -43,7 +44,7 @@ def test_a_model_loaded_from_the_per_layer_layout_lists_its_parameters_in_that_l
     """The checkpoint's Adam moments, by index, have the shapes of the parameters the loaded model lists at
     that index: the shared tables (2, 32) sit after layer 0's projections, as that layout listed them (in the
     current order, entry 9 would be a layer norm's (16,))."""
-    stored = torch.load(LEGACY / "urpe_with_optimizer.pt", weights_only=False)
+    stored = load_checkpoint(LEGACY / "urpe_with_optimizer.pt")
     moments = stored["last_optimizer_state"]["state"]
     model = load(LEGACY / "urpe_with_optimizer.pt")
     names, params = zip(*model.named_parameters())
@@ -102,7 +103,7 @@ def resume_runs(tmp_path_factory):
             "--seed", "3", "--save-dir", save, "--no-epoch-checkpoints", "--disable-validation", "--log-format",
             "simple", "--log-interval", "1"], env=env)
         runs[name].save = save
-        runs[name].state = torch.load(save / "checkpoint_last.pt", weights_only=False)
+        runs[name].state = load_checkpoint(save / "checkpoint_last.pt")
     return runs
 
 

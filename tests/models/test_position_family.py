@@ -17,6 +17,7 @@ from fairseq_urpe.models.position_kinds import POSITION_KINDS
 from fairseq_urpe.models.reweightings import REWEIGHTINGS
 from fairseq_urpe.models.relative_transformer_lm import RelativeTransformerLanguageModel
 from fairseq_urpe.modules import LearnedDistanceBias, LogBias, T5RelativeBias, ToeplitzReweighting
+from tests.checkpoints import load_checkpoint
 from tests.models.checks import (
     assert_finite_normalised_distributions,
     assert_incremental_decoding_equals_full_forward,
@@ -161,10 +162,10 @@ def test_checkpoints_written_before_the_family_load_and_give_identical_outputs(n
     saved = torch.load(LEGACY / "expected.pt")
     models, _ = checkpoint_utils.load_model_ensemble([str(LEGACY / f"{name}.pt")], arg_overrides={"data": str(LEGACY)})
     model = models[0].eval()
-    assert "rpe_kind" not in torch.load(LEGACY / f"{name}.pt", weights_only=False)["cfg"]["model"]
+    assert "rpe_kind" not in load_checkpoint(LEGACY / f"{name}.pt")["cfg"]["model"]
     attn = model.decoder.layers[0].self_attn
     assert isinstance(attn.position_bias, T5RelativeBias) and attn.dot_product
-    stored = torch.load(LEGACY / f"{name}.pt", weights_only=False)["model"]
+    stored = load_checkpoint(LEGACY / f"{name}.pt")["model"]
     loaded = model.state_dict()
     # Shared b and c were stored under every layer; the upgrade keeps one copy, under the decoder.
     shared = re.compile(r"decoder\.layers\.\d+\.self_attn\.((position_bias|toeplitz)\..+)")

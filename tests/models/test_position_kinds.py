@@ -12,7 +12,7 @@ from fairseq.models import ARCH_CONFIG_REGISTRY
 
 from fairseq_urpe.models import arch_table
 from fairseq_urpe.models.architectures import variants
-from fairseq_urpe.models.kind_record import BY_DISTANCE, ROTARY, Contract, PositionKind
+from fairseq_urpe.models.kind_record import BY_DISTANCE, BY_POSITIONS, ROTARY, Contract, PositionKind
 from fairseq_urpe.models.option_checks import config_defaults, kinds_reading
 from fairseq_urpe.models.position_builders import build_position_modules
 from fairseq_urpe.models.position_kinds import POSITION_KINDS, register_kind
@@ -21,9 +21,10 @@ from fairseq_urpe.models.relative_encoder import RelativeEncoderConfig
 from fairseq_urpe.models.relative_transformer_lm import RelativeTransformerLanguageModelConfig
 from fairseq_urpe.modules import ALiBiBias
 from fairseq_urpe.modules.rotary_embedding import RotaryEmbedding
-from tests.reference import BIAS_FORMULAS, ROTATION_FORMULAS
+from tests.reference import BIAS_FORMULAS, PAIR_BIAS_FORMULAS, ROTATION_FORMULAS
 
-FORMULAS = {BY_DISTANCE.name: BIAS_FORMULAS, ROTARY.name: ROTATION_FORMULAS}  # the reference's, per contract
+# The reference's formulas, per contract.
+FORMULAS = {BY_DISTANCE.name: BIAS_FORMULAS, BY_POSITIONS.name: PAIR_BIAS_FORMULAS, ROTARY.name: ROTATION_FORMULAS}
 
 REPO = Path(__file__).resolve().parents[2]
 README, USAGE, TABLE = REPO / "README.md", REPO / "docs" / "usage.md", REPO / "docs" / "architectures.md"
@@ -138,7 +139,7 @@ def test_a_declaration_reading_an_undeclared_option_or_of_an_unknown_contract_is
         register_kind("bad", PositionKind(ALiBiBias, reads=("rpe_base",)))
     with pytest.raises(ValueError, match="position kind 'bad' takes 'width', which is none of the attention's"):
         register_kind("bad", PositionKind(ALiBiBias, shape=("width",)))
-    contract = Contract("by_query", "position_bias", "by_query(...)", "scores", scores=True)
+    contract = Contract("by_query", "position_bias", "by_query(...)", "scores", scores=True)  # declared nowhere
     with pytest.raises(ValueError, match="position kind 'bad' declares the contract 'by_query'; a kind's contract is"):
         register_kind("bad", PositionKind(ALiBiBias, contract=contract))
     with pytest.raises(ValueError, match="position kind 't5' is already registered"):
@@ -158,10 +159,7 @@ def test_a_kind_is_built_from_its_declaration_by_keyword(monkeypatch):
     assert not build_position_modules(cfg, num_heads=4, embed_dim=32, bidirectional=False).position_bias.learnable
 
 
-def test_a_kind_the_fused_kernel_does_not_take_is_refused_under_fused_naming_the_option(monkeypatch):
-    monkeypatch.setitem(POSITION_KINDS, "unfused_test", PositionKind(ALiBiBias, fused_kernel=False))
-    cfg = SimpleNamespace(**{**config_defaults(RelativeTransformerLanguageModelConfig), "rpe_kind": "unfused_test"})
-    assert build_position_modules(cfg, num_heads=4, embed_dim=32, bidirectional=False).position_bias is not None
-    cfg.urpe_attention_impl = "fused"
-    with pytest.raises(ValueError, match="--urpe-attention-impl fused: the fused kernel does not take --rpe-kind unfused"):
-        build_position_modules(cfg, num_heads=4, embed_dim=32, bidirectional=False)
+
+def test_the_contract_says_whether_the_fused_kernel_takes_a_kind():
+    assert [name for name, kind in POSITION_KINDS.items() if not kind.fused_kernel] == [
+        name for name, kind in POSITION_KINDS.items() if kind.contract is BY_POSITIONS] == ["fire"]

@@ -1,19 +1,25 @@
 """Every kind of the registry that acts on the scores (each ``--rpe-slopes`` where it reads them) x {RPE,
 URPE bucketed, URPE unique} x {dot product, dot-product-free} against the dense reference with the kind's
-formula (tests/reference.BIAS_FORMULAS), forward and backward in float64, and incremental decoding
-against the full forward."""
+formula (tests/reference.BIAS_FORMULAS, or PAIR_BIAS_FORMULAS for a bias of (i, j)), forward and backward
+in float64, and incremental decoding against the full forward."""
 
 import pytest
 import torch
 
 from tests.attention_builders import EMBED, HEADS, SCORES, TOEPLITZ, BiasCase, bias_cases, bias_reference, make_family_attention
-from tests.reference import causal_mask, dense_attention, position_matrix
+from tests.reference import causal_mask, dense_attention, pair_matrix, position_matrix
 
 
 def reference_matrix(module, value_of, length):
     if value_of is None:
         return None
     return position_matrix(length, length, HEADS, lambda h, d: value_of(module, h, d))
+
+
+def bias_matrix(module, value_of, length):
+    if value_of is None:
+        return None
+    return pair_matrix(length, length, HEADS, lambda h, i, j: value_of(module, h, i, j))
 
 
 ALL = [(case, t, s) for case in bias_cases() for t in TOEPLITZ for s in SCORES]
@@ -27,7 +33,7 @@ def test_matches_dense_reference_forward_and_backward(case, toeplitz_kind, score
     padding = torch.zeros(batch, length, dtype=torch.bool)
     padding[0, -3:] = True
     out, weights = attn(x, x, x, key_padding_mask=padding, attn_mask=causal_mask(length), need_head_weights=True)
-    bias = reference_matrix(attn.position_bias, bias_reference(case), length)
+    bias = bias_matrix(attn.position_bias, bias_reference(case), length)
     toeplitz = reference_matrix(attn.toeplitz, TOEPLITZ[toeplitz_kind][1], length)
     want = dense_attention(x, attn, key_padding_mask=padding, bias=bias, toeplitz=toeplitz, dot_product=SCORES[scores])
     torch.testing.assert_close(out, want, rtol=1e-10, atol=1e-10)

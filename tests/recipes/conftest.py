@@ -235,25 +235,9 @@ def outside(tmp_path) -> Path:
     return cwd
 
 
-def load_checkpoint(path) -> dict:
-    import torch
-
-    return torch.load(path, map_location="cpu", weights_only=False)
-
-
-def num_updates(checkpoint: dict) -> int:
-    return checkpoint["optimizer_history"][-1]["num_updates"]
-
-
 def train_inner(log: str) -> Dict[int, dict]:
     """``{num_updates: {"loss": str, "wpb": float}}`` of fairseq-train's train_inner lines."""
     return {int(r["num_updates"]): {"loss": r["loss"], "wpb": float(r["wpb"])} for r in simple_records(log)}
-
-
-def weights(checkpoint: dict) -> Dict[str, "object"]:
-    """The model's parameters: floating-point tensors, without fairseq's ``_float_tensor`` buffers
-    (uninitialised one-element placeholders, different in every process)."""
-    return {k: v for k, v in checkpoint["model"].items() if v.is_floating_point() and not k.endswith("_float_tensor")}
 
 
 def last_match(pattern: str, text: str) -> Optional[re.Match]:

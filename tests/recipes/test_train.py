@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 import torch
 
+from tests.checkpoints import load_checkpoint, num_updates, weights
+
 from .conftest import (BPE_VOCAB, PIPELINE_ARCHS, PIPELINE_RUNS, RECIPES, REPO, RESUME_KNOBS, RESUME_MAX_UPDATE, RESUME_SAVE_INTERVAL,
-                       SMOKE_BATCH_TOKENS, SMOKE_MAX_TOKENS, SMOKE_MAX_UPDATE, WIKITEXT103_DICT, load_checkpoint,
-                       num_updates, recipe_env, run_recipe, train_inner, weights)
+                       SMOKE_BATCH_TOKENS, SMOKE_MAX_TOKENS, SMOKE_MAX_UPDATE, WIKITEXT103_DICT, recipe_env, run_recipe,
+                       train_inner)
 from .dry_run import dry_run, printed_command, python_here, python_side, run_recorded, train_args
 
 URPE = PIPELINE_ARCHS[0]

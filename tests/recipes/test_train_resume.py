@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from .conftest import (DISTRIBUTED_KNOBS, RECIPES, SMOKE_MAX_UPDATE, load_checkpoint, num_updates, recipe_env, run_recipe,
-                       train_inner)
+from tests.checkpoints import load_checkpoint, num_updates
+
+from .conftest import DISTRIBUTED_KNOBS, RECIPES, SMOKE_MAX_UPDATE, recipe_env, run_recipe, train_inner
 from .dry_run import dry_run, python_here, python_side, train_args
 
 TWO_NODES = dict(GPUS=8, NNODES=2, MASTER_ADDR="node0")
