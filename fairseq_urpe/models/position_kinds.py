@@ -10,7 +10,7 @@ a plugin, a test, one call of :func:`register_kind`).
 from typing import Dict
 
 from ..modules import ALiBiBias, FireBias, KerpleBias, LearnedDistanceBias, LogBias, RotaryEmbedding, T5RelativeBias
-from .kind_record import BY_POSITIONS, KIND_CONTRACTS, ROTARY, SHAPE_FIELDS, ModuleRecipe, PositionKind
+from .kind_record import BY_DISTANCE, BY_POSITIONS, KIND_CONTRACTS, ROTARY, SHAPE_FIELDS, ModuleRecipe, PositionKind
 from .position_options import POSITION_OPTIONS
 
 POSITION_KINDS: Dict[str, PositionKind] = {
@@ -68,10 +68,19 @@ def check_recipe(component: str, recipe: ModuleRecipe) -> None:
 
 def check_kind(name: str, kind: PositionKind) -> None:
     """``ValueError`` where kind ``name``'s declaration cannot be built or placed (:func:`check_recipe`, and
-    a contract of :data:`~.kind_record.KIND_CONTRACTS`)."""
+    a contract of :data:`~.kind_record.KIND_CONTRACTS` that its module keeps: the attention reads a bias
+    with ``by_distance`` as a table by distance, and calls one without it with the positions)."""
     if KIND_CONTRACTS.get(kind.contract.name) is not kind.contract:
         raise ValueError(f"position kind {name!r} declares the contract {kind.contract.name!r}; a kind's contract is "
                          f"one of {', '.join(KIND_CONTRACTS)}")
+    if kind.module is not None:
+        method = {BY_DISTANCE: "by_distance", ROTARY: "rotation"}.get(kind.contract)
+        if method is not None and not callable(getattr(kind.module, method, None)):
+            raise ValueError(f"position kind {name!r} declares the contract {kind.contract.name!r}, but "
+                             f"{kind.module.__name__} has no {method}")
+        if kind.contract is BY_POSITIONS and callable(getattr(kind.module, "by_distance", None)):
+            raise ValueError(f"position kind {name!r} declares the contract {kind.contract.name!r}, but "
+                             f"{kind.module.__name__} has by_distance, by which the attention would read it")
     check_recipe(f"position kind {name!r}", kind)
 
 

@@ -142,6 +142,11 @@ def test_a_declaration_reading_an_undeclared_option_or_of_an_unknown_contract_is
     contract = Contract("by_query", "position_bias", "by_query(...)", "scores", scores=True)  # declared nowhere
     with pytest.raises(ValueError, match="position kind 'bad' declares the contract 'by_query'; a kind's contract is"):
         register_kind("bad", PositionKind(ALiBiBias, contract=contract))
+    with pytest.raises(ValueError, match="position kind 'bad' declares the contract 'by_distance', but RotaryEmbedding "
+                                         "has no by_distance"):
+        register_kind("bad", PositionKind(RotaryEmbedding, shape=("head_dim",)))
+    with pytest.raises(ValueError, match="declares the contract 'by_positions', but ALiBiBias has by_distance"):
+        register_kind("bad", PositionKind(ALiBiBias, contract=BY_POSITIONS))
     with pytest.raises(ValueError, match="position kind 't5' is already registered"):
         register_kind("t5", POSITION_KINDS["t5"])
     assert "bad" not in POSITION_KINDS
