@@ -18,9 +18,10 @@ from typing import List, NamedTuple, Optional
 
 import torch
 
-from fairseq_urpe.models.position_kinds import POSITION_KINDS, AttentionShape
-from fairseq_urpe.models.position_kinds import SCORES as ACTS_ON_SCORES
-from fairseq_urpe.modules import RelativeMultiheadAttention, RotaryEmbedding, T5RelativeBias, ToeplitzReweighting, reads_by_distance
+from fairseq_urpe.models.kind_record import BY_POSITIONS, AttentionShape
+from fairseq_urpe.models.position_builders import build_module
+from fairseq_urpe.models.position_kinds import POSITION_KINDS
+from fairseq_urpe.modules import RelativeMultiheadAttention, RotaryEmbedding, T5RelativeBias, ToeplitzReweighting
 from tests.reference import BIAS_FORMULAS, PAIR_BIAS_FORMULAS, t5_bucket, unique_index
 
 EMBED, HEADS = 12, 3  # head dim 4
@@ -49,7 +50,7 @@ def bias_cases() -> List[BiasCase]:
     """Every registered kind that acts on the scores, once per ``--rpe-slopes`` value where it reads it."""
     cases = []
     for name, kind in POSITION_KINDS.items():
-        if kind.acts_on == ACTS_ON_SCORES:
+        if kind.contract.scores:
             cases += [BiasCase(name, s) for s in SLOPES] if "rpe_slopes" in kind.reads else [BiasCase(name)]
     return cases
 
@@ -61,14 +62,15 @@ def one_case_per_kind() -> List[BiasCase]:
 
 def make_bias(case: BiasCase, num_heads: int = HEADS, bidirectional: bool = False):
     """The case's module (``None`` for a kind without one), built by the registry."""
-    return POSITION_KINDS[case.kind].build(AttentionShape(num_heads, EMBED // num_heads, bidirectional), case.options)
+    shape = AttentionShape(num_heads, EMBED // num_heads, bidirectional)
+    return build_module(POSITION_KINDS[case.kind], shape, case.options)
 
 
 def reads_positions(case: BiasCase) -> bool:
     """Whether the case's bias is a function of the query and key positions ``(i, j)``, not of ``i - j`` alone
     (no table by distance: the fused kernel and flex refuse it)."""
-    module = POSITION_KINDS[case.kind].module
-    return module is not None and not reads_by_distance(module)
+    kind = POSITION_KINDS[case.kind]
+    return kind.module is not None and kind.contract is BY_POSITIONS
 
 
 def table_cases() -> List[BiasCase]:

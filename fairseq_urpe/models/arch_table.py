@@ -2,9 +2,10 @@
 
     python -m fairseq_urpe.models.arch_table > docs/architectures.md
 
-The position kinds (``position_kinds.POSITION_KINDS``), the variants and sizes of the language model's
-archs (``architectures``) and the encoder's archs (``relative_encoder``), as they are registered; a
-test regenerates the file and compares. Docs link to it instead of listing kinds or archs.
+The position kinds (``position_kinds.POSITION_KINDS``), URPE's ``C`` (``reweightings.REWEIGHTINGS``), the
+variants and sizes of the language model's archs (``architectures``) and the encoder's archs
+(``relative_encoder``), as they are declared and registered; a test regenerates the file and compares.
+Docs link to it instead of listing kinds or archs.
 """
 
 import argparse
@@ -12,9 +13,12 @@ import sys
 from typing import List
 
 from .architectures import ARCHITECTURES, SIZES, preset, variants
-from ..modules import reads_by_distance
-from .position_kinds import POSITION_KINDS, SCORES, TOEPLITZ_READS, AttentionShape, flag
+from .kind_record import AttentionShape
+from .position_builders import build_module
+from .position_kinds import POSITION_KINDS
+from .position_options import flag
 from .relative_position_config import RelativePositionConfig
+from .reweightings import REWEIGHTINGS
 from .relative_encoder import ENCODER_ARCHITECTURES, ENCODER_SIZES, ENCODER_VARIANTS
 
 HEADS, HEAD_DIM = 8, 64  # the base size's, for the parameter counts
@@ -27,26 +31,24 @@ def cell(text: str) -> str:
 
 def position_parameters(name: str) -> int:
     """Learned parameters of kind ``name``'s module at :data:`HEADS` heads, with its default options."""
-    module = POSITION_KINDS[name].build(AttentionShape(HEADS, HEAD_DIM, False), RelativePositionConfig())
+    module = build_module(POSITION_KINDS[name], AttentionShape(HEADS, HEAD_DIM, False), RelativePositionConfig())
     return sum(p.numel() for p in module.parameters()) if module is not None else 0
 
 
 def kinds_table() -> List[str]:
-    rows = ["| `--rpe-kind` | acts on | what it is | options it reads | parameters at 8 heads |", "|---|---|---|---|---:|"]
+    rows = ["| `--rpe-kind` | acts on | what it is | options it reads | fused kernel | parameters at 8 heads |",
+            "|---|---|---|---|---|---:|"]
     for name, kind in POSITION_KINDS.items():
-        acts_on = "q and k: rotated by position"
-        if kind.acts_on == SCORES:
-            acts_on = "scores: b(i - j) added" if reads_by_distance(kind.module) else "scores: b(i, j) added"
         reads = ", ".join(f"`{flag(o)}`" for o in kind.reads) or "none"
-        rows.append(f"| `{name}` | {acts_on if kind.module else 'nothing'} | {cell(kind.description)} | {reads} | "
-                    f"{position_parameters(name):,} |")
+        rows.append(f"| `{name}` | {kind.contract.acts_on if kind.module else 'nothing'} | {cell(kind.description)} | "
+                    f"{reads} | {'yes' if kind.fused_kernel else 'no'} | {position_parameters(name):,} |")
     return rows
 
 
-def toeplitz_table() -> List[str]:
+def reweighting_table() -> List[str]:
     rows = ["| `--urpe-toeplitz` | options its `C` reads |", "|---|---|"]
-    for value, reads in TOEPLITZ_READS.items():
-        rows.append(f"| `{value}` | " + (", ".join(f"`{flag(o)}`" for o in reads) or "none (no `C`: RPE)") + " |")
+    for value, c in REWEIGHTINGS.items():
+        rows.append(f"| `{value}` | " + (", ".join(f"`{flag(o)}`" for o in c.reads) or "none (no `C`: RPE)") + " |")
     return rows
 
 
@@ -87,8 +89,8 @@ def render() -> str:
     lines = [
         "# Architectures",
         "",
-        "<!-- Written by `python -m fairseq_urpe.models.arch_table > docs/architectures.md` from the registry",
-        "     (fairseq_urpe/models/position_kinds.py); a test regenerates it and compares. Edit the registry. -->",
+        "<!-- Written by `python -m fairseq_urpe.models.arch_table > docs/architectures.md` from the declarations",
+        "     (fairseq_urpe/models/position_kinds.py, reweightings.py); a test regenerates it and compares. -->",
         "",
         f"The language model `relative_transformer_lm` has {len(ARCHITECTURES)} named archs, "
         f"`transformer_lm_<variant><size>`: each of the {len(variants())} variants with each of the "
@@ -102,7 +104,7 @@ def render() -> str:
         "A model reads the options of its kind and of its `C`; a value given to any other position option "
         "stops the build with an error that names the option and the kind.",
         "",
-        *toeplitz_table(),
+        *reweighting_table(),
         "",
         "## Variants",
         "",

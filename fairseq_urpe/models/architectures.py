@@ -11,7 +11,8 @@ from fairseq.models import ARCH_CONFIG_REGISTRY, register_model_architecture
 from fairseq.models.transformer_lm import base_lm_architecture, transformer_lm_baevski_wiki103, transformer_lm_gpt2_small
 from fairseq.utils import safe_getattr
 
-from .position_kinds import POSITION_KINDS, command_line_check, config_defaults, given_on_command_line, refuse_unread_given
+from .option_checks import command_line_check, config_defaults, given_on_command_line, refuse_unread_given
+from .position_kinds import POSITION_KINDS
 from .relative_transformer_lm import RelativeTransformerLanguageModel, RelativeTransformerLanguageModelConfig
 
 URPE = {"urpe_toeplitz": "bucketed"}

@@ -21,10 +21,13 @@ from typing import Dict, Mapping
 
 import torch
 
-from .position_kinds import TOEPLITZ_READS, flag, position_kind
+from .option_checks import reweighting
+from .position_kinds import position_kind
+from .position_options import POSITION_OPTIONS, flag
 
 RECORD = "position_settings"
-FUNCTION_OPTIONS = ("rpe_num_buckets", "rpe_max_distance", "rpe_slopes", "urpe_max_distance")
+# The options that change the function the weights compute (their declarations' ``recorded``).
+FUNCTION_OPTIONS = tuple(name for name, option in POSITION_OPTIONS.items() if option.recorded)
 FLAGS = ("rpe_per_layer", "dot_product_free", "absolute_positions")
 TABLE_KEY = re.compile(r"(^|\.)(position_bias|toeplitz)\.[^.]+$")
 
@@ -32,13 +35,15 @@ TABLE_KEY = re.compile(r"(^|\.)(position_bias|toeplitz)\.[^.]+$")
 def function_settings(cfg) -> Dict[str, object]:
     """The settings of ``cfg`` (resolved, as the model was built) that its position function depends on."""
     kind = position_kind(cfg)
-    toeplitz = str(cfg.urpe_toeplitz)
-    settings = {"rpe_kind": str(cfg.rpe_kind), "urpe_toeplitz": toeplitz}
-    for option in (*kind.reads, *TOEPLITZ_READS.get(toeplitz, ())):
-        if option in FUNCTION_OPTIONS:
+    layout = str(cfg.urpe_toeplitz)
+    settings = {"rpe_kind": str(cfg.rpe_kind), "urpe_toeplitz": layout}
+    for recipe in (kind, reweighting(cfg)):
+        for option in recipe.reads:
+            if option not in FUNCTION_OPTIONS:
+                continue
             value = getattr(cfg, option, None)
-            if option == "rpe_slopes":
-                value = str(value or kind.slopes)
+            if option in recipe.defaults:
+                value = str(value or recipe.defaults[option])
             settings[option] = value if value is None or isinstance(value, str) else int(value)
     for name in FLAGS:
         settings[name] = bool(getattr(cfg, name, False))

@@ -21,9 +21,10 @@ from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from fairseq.utils import get_available_activation_fns, safe_getattr
 
 from ..modules import LearnedDistanceBias, RelativeMultiheadAttention
-from .position_kinds import (command_line_check, config_defaults, given_on_command_line, refuse_unread_given,
-                             resolve_position_options)
-from .relative_position_config import INIT_CHOICES, RelativePositionConfig, RelativeTransformerConfig
+from .option_checks import (command_line_check, config_defaults, given_on_command_line, refuse_unread_given,
+                            resolve_position_options)
+from .position_options import POSITION_OPTIONS
+from .relative_position_config import OPTION_TYPES, RelativePositionConfig, RelativeTransformerConfig, option_field
 from .shared_positions import SharedPositionsMixin, relative_self_attention, wrap_layer
 
 
@@ -31,9 +32,9 @@ from .shared_positions import SharedPositionsMixin, relative_self_attention, wra
 class RelativeEncoderConfig(RelativePositionConfig):
     """Encoder sizes (defaults: RoBERTa-base width, 3 layers, as in the URPE paper's synthetic tasks)."""
 
-    rpe_init: INIT_CHOICES = field(  # the synthetic tasks' encoder keeps T5's flat start
-        default="zero", metadata={"help": "start of a learned bias b: 'zero' (flat, as T5) or 'alibi' (ALiBi's line)"}
-    )
+    rpe_init: OPTION_TYPES["rpe_init"] = option_field(  # the synthetic tasks' encoder keeps T5's flat start
+        POSITION_OPTIONS["rpe_init"], default="zero", help="start of a learned bias b: 'zero' (flat, as T5) or 'alibi' "
+        "(ALiBi's line)")
     encoder_layers: int = field(default=3, metadata={"help": "number of encoder layers"})
     encoder_embed_dim: int = field(default=768, metadata={"help": "width"})
     encoder_ffn_embed_dim: int = field(default=3072, metadata={"help": "FFN width"})

@@ -1,77 +1,64 @@
-"""Options the plugin adds to fairseq's Transformer LM (one dataclass: flags, ``--arch`` and hydra)."""
+"""Options the plugin adds to fairseq's Transformer LM (one dataclass: flags, ``--arch`` and hydra).
 
-from dataclasses import dataclass, field
+The position options' fields are written from their declarations (``position_options``); the
+attention's own are declared here."""
+
+from dataclasses import dataclass, field, make_dataclass
 from typing import Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models.transformer import TransformerConfig
 
-from .position_kinds import OPTION_DEFAULTS, POSITION_KINDS, kinds_with_slopes
+from .option_checks import kinds_reading
+from .position_kinds import POSITION_KINDS
+from .position_options import POSITION_OPTIONS, PositionOption
 
-SLOPE_CHOICES = ChoiceEnum(["fixed", "learned"])
-INIT_CHOICES = ChoiceEnum(["alibi", "zero"])
-TOEPLITZ_CHOICES = ChoiceEnum(["none", "bucketed", "unique"])
-BEYOND_MAX_CHOICES = ChoiceEnum(["clamp", "error"])
 ATTENTION_IMPL_CHOICES = ChoiceEnum(["auto", "dense", "fused", "flex"])
 
 
+def option_type(option: PositionOption):
+    """The dataclass type of ``option``: a ``ChoiceEnum`` of its choices, else its type; ``Optional`` where
+    its default is ``None``."""
+    kind = ChoiceEnum(list(option.choices)) if option.choices is not None else option.type
+    return Optional[kind] if option.default is None else kind
+
+
+def option_help(option: PositionOption) -> str:
+    """``option``'s help with the registry filled in: ``{readers}``, ``{kind_defaults}``, ``{kinds}``."""
+    readers = kinds_reading(option.field)
+    return option.help.format(
+        readers=" or ".join(repr(name) for name in readers),
+        kind_defaults=", ".join(f"{POSITION_KINDS[name].defaults[option.field]} for {name}" for name in readers
+                                if option.field in POSITION_KINDS[name].defaults),
+        kinds="; ".join(f"'{name}': {kind.description}" for name, kind in POSITION_KINDS.items()))
+
+
+def option_field(option: PositionOption, **changes):
+    """``option`` as a field of a config dataclass; ``changes``: another ``default`` or ``help``."""
+    return field(default=changes.get("default", option.default),
+                 metadata={"help": changes.get("help", option_help(option))})
+
+
+OPTION_TYPES = {name: option_type(option) for name, option in POSITION_OPTIONS.items()}
+# The position options' fields, written from their declarations (position_options.POSITION_OPTIONS).
+PositionOptionsConfig = make_dataclass(
+    "PositionOptionsConfig", [(name, OPTION_TYPES[name], option_field(option)) for name, option in POSITION_OPTIONS.items()],
+    bases=(FairseqDataclass,))
+PositionOptionsConfig.__module__ = __name__
+PositionOptionsConfig.__doc__ = "The position options, one field per declaration of ``position_options``."
+
+
 @dataclass
-class RelativePositionConfig(FairseqDataclass):
-    rpe_kind: str = field(
-        default="t5",
-        metadata={
-            "help": "the relative positions, b(k) added to the scores or q, k rotated, one of the registry's kinds "
-            "(fairseq_urpe/models/position_kinds.py; a plugin may add more): "
-            + "; ".join(f"'{name}': {kind.description}" for name, kind in POSITION_KINDS.items())
-        },
-    )
-    rpe_slopes: Optional[SLOPE_CHOICES] = field(
-        default=OPTION_DEFAULTS["rpe_slopes"],
-        metadata={
-            "help": f"slopes m of {' or '.join(repr(k) for k in kinds_with_slopes())}: 'fixed' or 'learned' (default: "
-            + ", ".join(f"{POSITION_KINDS[k].slopes} for {k}" for k in kinds_with_slopes()) + ")"
-        },
-    )
-    rpe_init: INIT_CHOICES = field(
-        default=OPTION_DEFAULTS["rpe_init"],
-        metadata={
-            "help": "start of a learned bias b ('t5', 'learned'): 'alibi' (ALiBi's line -m_h|k|, at each bucket's "
-            "nearest distance; a language model learns faster from it) or 'zero' (flat, as T5)"
-        },
-    )
+class RelativePositionConfig(PositionOptionsConfig):
+    """The position options and the attention's."""
+
     dot_product_free: bool = field(
         default=False,
         metadata={"help": "attention scores from the position bias alone, without QK^T (Wang & E, NeurIPS 2024)"},
     )
-    rpe_num_buckets: int = field(
-        default=OPTION_DEFAULTS["rpe_num_buckets"],
-        metadata={"help": "T5 buckets of the RPE bias b (and of a bucketed URPE c); causal models use all for past distances"},
-    )
-    rpe_max_distance: int = field(
-        default=OPTION_DEFAULTS["rpe_max_distance"],
-        metadata={
-            "help": "distance where T5's log-spaced buckets end, or the largest distance with its own 'learned' "
-            "bias; farther keys share the last entry"
-        },
-    )
     rpe_per_layer: bool = field(
         default=False,
         metadata={"help": "learn b (and c) separately in every layer instead of one set shared by all layers"},
-    )
-    urpe_toeplitz: TOEPLITZ_CHOICES = field(
-        default=OPTION_DEFAULTS["urpe_toeplitz"],
-        metadata={
-            "help": "URPE Toeplitz reweighting C: 'none' (plain RPE), 'bucketed' (c per T5 bucket of b) or "
-            "'unique' (c per distance up to --urpe-max-distance)"
-        },
-    )
-    urpe_max_distance: Optional[int] = field(
-        default=OPTION_DEFAULTS["urpe_max_distance"],
-        metadata={"help": "largest distance with its own c in the 'unique' table (default: --tokens-per-sample - 1)"},
-    )
-    urpe_beyond_max: BEYOND_MAX_CHOICES = field(
-        default=OPTION_DEFAULTS["urpe_beyond_max"],
-        metadata={"help": "'unique' C beyond --urpe-max-distance: 'clamp' reuses the last entry, 'error' refuses"},
     )
     urpe_attention_impl: ATTENTION_IMPL_CHOICES = field(
         default="auto",

@@ -9,7 +9,7 @@ from fairseq.models import register_model
 from fairseq.models.transformer_lm import TransformerLanguageModel, TransformerLanguageModelConfig
 from fairseq.utils import safe_getattr
 
-from .position_kinds import config_defaults, resolve_position_options
+from .option_checks import config_defaults, resolve_position_options
 from .relative_decoder import RelativeTransformerDecoder
 from .relative_position_config import RelativePositionConfig
 

@@ -1,7 +1,7 @@
 """Position modules built once per encoder/decoder from the options, and handed to its layers.
 
 By default (T5, Luo et al.) one ``b`` and one ``c`` serve every layer: the encoder/decoder builds them
-before its layers (:func:`~.position_kinds.build_position_modules`), owns them (outside the layers, so
+before its layers (:func:`~.position_builders.build_position_modules`), owns them (outside the layers, so
 ``--ddp-backend fully_sharded``, which wraps each layer on its own, can still shard them), stores them
 once (``decoder.position_bias.weight``) and passes them to each layer as fairseq's Linformer plugin
 passes its shared compression layer. With ``--rpe-per-layer`` each layer's attention builds and owns its
@@ -19,9 +19,10 @@ from fairseq.distributed import fsdp_wrap
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
 from ..kernels.dispatch import pair_bias_refusal
-from ..modules import PositionModules, RelativeMultiheadAttention, reads_by_distance
+from ..modules import PositionModules, RelativeMultiheadAttention
 from .checkpoint_upgrade import ORDER_MARK, mark_per_layer_order, per_layer_order, upgrade_per_layer_layout
-from .position_kinds import SCORES, build_position_modules, position_kind
+from .position_builders import build_position_modules
+from .position_kinds import position_kind
 from .position_record import RECORD, check_finite_tables, check_same_function, decode, encode, function_settings
 
 
@@ -32,7 +33,7 @@ def relative_self_attention(layer, cfg, embed_dim: int, num_heads: int, shared: 
         raise ValueError(f"--urpe-attention-impl flex: flex_attention has no attention dropout, and --attention-dropout "
                          f"is {cfg.attention_dropout}; set it to 0, or use --urpe-attention-impl auto, fused or dense")
     kind, refusal = position_kind(cfg), pair_bias_refusal(str(cfg.urpe_attention_impl))
-    if refusal is not None and kind.module is not None and kind.acts_on == SCORES and not reads_by_distance(kind.module):
+    if refusal is not None and not kind.fused_kernel:  # a bias of (i, j): no table by distance
         raise ValueError(f"--rpe-kind {cfg.rpe_kind} with {refusal}")
     own = {} if shared is not None else dict(build_position_modules(cfg, num_heads, embed_dim, bidirectional).items())
     return RelativeMultiheadAttention(

@@ -23,8 +23,8 @@ class SqrtDistanceBias(RelativePositionFunction):
 
 
 def register() -> None:
-    """What a plugin adds for a new kind: its registry entry."""
-    from fairseq_urpe.models.position_kinds import PositionKind, register_kind
+    """What a plugin adds for a new kind: its declaration (built as ``SqrtDistanceBias(num_heads=H)``)."""
+    from fairseq_urpe.models.kind_record import PositionKind
+    from fairseq_urpe.models.position_kinds import register_kind
 
-    register_kind(KIND, PositionKind(SqrtDistanceBias, lambda shape, options: (shape.num_heads,),
-                                     "-w_h sqrt(|k|), learned w (a test's kind)"))
+    register_kind(KIND, PositionKind(SqrtDistanceBias, description="-w_h sqrt(|k|), learned w (a test's kind)"))

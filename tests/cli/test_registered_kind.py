@@ -1,4 +1,4 @@
-"""A position kind that exists only in this file (a module and a registry entry, nothing else) trains,
+"""A position kind that exists only in tests/cli/sqrt_kind.py (a module and its declaration, nothing else) trains,
 evaluates and decodes through fairseq's real command-line tools: the registry is the one place a kind
 is added. The tools load it through a ``--user-dir`` written into the test's temporary folder that
 imports ``fairseq_urpe`` and registers the kind; no file of the repository is touched."""

@@ -12,7 +12,9 @@ from fairseq import checkpoint_utils
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
 from fairseq_urpe.models.architectures import ARCHITECTURES, SIZES, variants
-from fairseq_urpe.models.position_kinds import POSITION_KINDS, SCORES, TOEPLITZ_READS, kinds_with_slopes
+from fairseq_urpe.models.option_checks import kinds_reading
+from fairseq_urpe.models.position_kinds import POSITION_KINDS
+from fairseq_urpe.models.reweightings import REWEIGHTINGS
 from fairseq_urpe.models.relative_transformer_lm import RelativeTransformerLanguageModel
 from fairseq_urpe.modules import LearnedDistanceBias, LogBias, T5RelativeBias, ToeplitzReweighting
 from tests.checkpoints import load_checkpoint
@@ -24,8 +26,9 @@ from tests.models.checks import (
 
 LEGACY = Path(__file__).parent / "legacy"
 # What each kind puts in the attention's bias slot and in its rotation slot (the registry's classes).
-BIAS_CLASS = {name: kind.module if kind.acts_on == SCORES and kind.module else type(None) for name, kind in POSITION_KINDS.items()}
-ROTARY_CLASS = {name: kind.module if kind.acts_on != SCORES else type(None) for name, kind in POSITION_KINDS.items()}
+BIAS_CLASS = {name: kind.module if kind.contract.slot == "position_bias" and kind.module else type(None)
+              for name, kind in POSITION_KINDS.items()}
+ROTARY_CLASS = {name: kind.module if kind.contract.slot == "rotary" else type(None) for name, kind in POSITION_KINDS.items()}
 VARIANTS = sorted(variants())
 
 
@@ -103,7 +106,7 @@ def test_each_variant_builds_its_modules(build_lm, variant):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_incremental_decoding_equals_full_forward_with_beam_reorder(build_lm, variant):
     options = variants()[variant]
-    reads = POSITION_KINDS[options["rpe_kind"]].reads + TOEPLITZ_READS[options["urpe_toeplitz"]]
+    reads = POSITION_KINDS[options["rpe_kind"]].reads + REWEIGHTINGS[options["urpe_toeplitz"]].reads
     small_tables = [flag for option in ("rpe_num_buckets", "rpe_max_distance") if option in reads
                     for flag in ("--" + option.replace("_", "-"), "8")]  # where the kind or its C reads them
     model, _ = build_lm(f"transformer_lm_{variant}_tiny", *small_tables)
@@ -118,7 +121,7 @@ def test_three_times_the_training_length_gives_finite_normalised_distributions(b
     assert_finite_normalised_distributions(model, 48)
 
 
-SLOPE_KINDS = " or ".join(kinds_with_slopes())
+SLOPE_KINDS = " or ".join(kinds_reading("rpe_slopes"))
 
 
 @pytest.mark.parametrize(

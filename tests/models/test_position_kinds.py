@@ -1,18 +1,30 @@
-"""The registry of position kinds feeds the options, the archs, the builders, the generated table of archs
-(docs/architectures.md) and the tests."""
+"""The declarations of the position kinds and options feed the config, the archs, the option checks, the
+builders, the generated table of archs (docs/architectures.md) and the tests."""
 
 import argparse
+import dataclasses
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from fairseq.models import ARCH_CONFIG_REGISTRY
 
 from fairseq_urpe.models import arch_table
 from fairseq_urpe.models.architectures import variants
-from fairseq_urpe.models.position_kinds import POSITION_KINDS, SCORES, kinds_with_slopes
+from fairseq_urpe.models.kind_record import BY_DISTANCE, BY_POSITIONS, ROTARY, Contract, PositionKind
+from fairseq_urpe.models.option_checks import config_defaults, kinds_reading
+from fairseq_urpe.models.position_builders import build_position_modules
+from fairseq_urpe.models.position_kinds import POSITION_KINDS, register_kind
+from fairseq_urpe.models.position_options import POSITION_OPTIONS
+from fairseq_urpe.models.relative_encoder import RelativeEncoderConfig
+from fairseq_urpe.models.relative_transformer_lm import RelativeTransformerLanguageModelConfig
+from fairseq_urpe.modules import ALiBiBias
 from fairseq_urpe.modules.rotary_embedding import RotaryEmbedding
 from tests.reference import BIAS_FORMULAS, PAIR_BIAS_FORMULAS, ROTATION_FORMULAS
+
+# The reference's formulas, per contract.
+FORMULAS = {BY_DISTANCE.name: BIAS_FORMULAS, BY_POSITIONS.name: PAIR_BIAS_FORMULAS, ROTARY.name: ROTATION_FORMULAS}
 
 REPO = Path(__file__).resolve().parents[2]
 README, USAGE, TABLE = REPO / "README.md", REPO / "docs" / "usage.md", REPO / "docs" / "architectures.md"
@@ -36,8 +48,11 @@ def test_every_kind_has_rpe_and_urpe_archs_and_dot_product_free_ones_where_it_ca
 @pytest.mark.parametrize("name", [name for name, kind in POSITION_KINDS.items() if kind.module is not None])
 def test_every_kind_has_its_formula_in_the_reference(name):
     """The dense tests (tests/modules/test_attention_family.py, test_rotary_embedding.py) check each kind
-    with a module against its formula in tests/reference.py; one without a formula fails here by name."""
-    assert name in ({**BIAS_FORMULAS, **PAIR_BIAS_FORMULAS} if POSITION_KINDS[name].acts_on == SCORES else ROTATION_FORMULAS)
+    with a module against its formula in tests/reference.py, in the table of its contract; one without a
+    formula fails here by name."""
+    contract = POSITION_KINDS[name].contract.name
+    assert contract in FORMULAS, f"tests/reference.py has no table of formulas for the contract {contract!r}"
+    assert name in FORMULAS[contract], f"tests/reference.py has no formula for --rpe-kind {name}"
 
 
 def test_rope_archs_preset_the_kind_and_refuse_dot_product_free(build_lm, capsys):
@@ -60,7 +75,7 @@ def test_rope_has_no_parameters_and_urpe_adds_c(build_lm, arch, position_paramet
 
 
 def test_slopes_message_lists_the_kinds_with_slopes(build_lm):
-    assert kinds_with_slopes() == ("alibi", "log")
+    assert kinds_reading("rpe_slopes") == ("alibi", "log")
     with pytest.raises(ValueError, match="--rpe-slopes applies to --rpe-kind alibi or log; --rpe-kind learned has no slopes"):
         build_lm("transformer_lm_learned_tiny", "--rpe-slopes", "fixed")
 
@@ -102,4 +117,54 @@ def test_the_modules_package_exports_every_kind_s_module():
 
     for name, kind in POSITION_KINDS.items():
         if kind.module is not None:
-            assert kind.module.__name__ in modules.__all__ and getattr(modules, kind.module.__name__) is kind.module, name
+            assert kind.module.__name__ in modules.__all__ and getattr(modules, kind.module.__name__) is kind.module, (
+                f"--rpe-kind {name}: fairseq_urpe/modules/__init__.py does not export {kind.module.__name__}")
+
+
+@pytest.mark.parametrize("config", [RelativeTransformerLanguageModelConfig, RelativeEncoderConfig], ids=lambda c: c.__name__)
+def test_the_configs_have_each_declared_option_with_its_default_and_choices(config):
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    for name, option in POSITION_OPTIONS.items():
+        assert name in fields, name
+        if not (config is RelativeEncoderConfig and name == "rpe_init"):  # the encoder starts flat
+            assert fields[name].default == option.default, name
+        choices = getattr(fields[name].type, "__args__", (fields[name].type,))[0]
+        if option.choices is not None:
+            assert [c.value for c in choices] == list(option.choices), name
+    assert config_defaults(RelativeEncoderConfig)["rpe_init"] == "zero"
+
+
+def test_a_declaration_reading_an_undeclared_option_or_of_an_unknown_contract_is_refused_by_name():
+    with pytest.raises(ValueError, match="position kind 'bad' reads 'rpe_base', which is no option"):
+        register_kind("bad", PositionKind(ALiBiBias, reads=("rpe_base",)))
+    with pytest.raises(ValueError, match="position kind 'bad' takes 'width', which is none of the attention's"):
+        register_kind("bad", PositionKind(ALiBiBias, shape=("width",)))
+    contract = Contract("by_query", "position_bias", "by_query(...)", "scores", scores=True)  # declared nowhere
+    with pytest.raises(ValueError, match="position kind 'bad' declares the contract 'by_query'; a kind's contract is"):
+        register_kind("bad", PositionKind(ALiBiBias, contract=contract))
+    with pytest.raises(ValueError, match="position kind 'bad' declares the contract 'by_distance', but RotaryEmbedding "
+                                         "has no by_distance"):
+        register_kind("bad", PositionKind(RotaryEmbedding, shape=("head_dim",)))
+    with pytest.raises(ValueError, match="declares the contract 'by_positions', but ALiBiBias has by_distance"):
+        register_kind("bad", PositionKind(ALiBiBias, contract=BY_POSITIONS))
+    with pytest.raises(ValueError, match="position kind 't5' is already registered"):
+        register_kind("t5", POSITION_KINDS["t5"])
+    assert "bad" not in POSITION_KINDS
+
+
+def test_a_kind_is_built_from_its_declaration_by_keyword(monkeypatch):
+    """Options become their declared keywords, the kind's own default fills an option left unset, fixed
+    keywords pass as they are: ``ALiBiBias(num_heads=4, learnable=...)``."""
+    monkeypatch.setitem(POSITION_KINDS, "alibi_learned_test", PositionKind(
+        ALiBiBias, reads=("rpe_slopes",), defaults={"rpe_slopes": "learned"}))
+    cfg = SimpleNamespace(**{**config_defaults(RelativeTransformerLanguageModelConfig), "rpe_kind": "alibi_learned_test"})
+    bias = build_position_modules(cfg, num_heads=4, embed_dim=32, bidirectional=False).position_bias
+    assert isinstance(bias, ALiBiBias) and bias.learnable and bias.num_heads == 4
+    cfg.rpe_slopes = "fixed"
+    assert not build_position_modules(cfg, num_heads=4, embed_dim=32, bidirectional=False).position_bias.learnable
+
+
+
+def test_the_contract_says_whether_the_fused_kernel_takes_a_kind():
+    assert [name for name, kind in POSITION_KINDS.items() if not kind.fused_kernel] == [
+        name for name, kind in POSITION_KINDS.items() if kind.contract is BY_POSITIONS] == ["fire"]

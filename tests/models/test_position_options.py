@@ -7,15 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from fairseq_urpe.models.position_kinds import (
-    POSITION_KINDS,
-    TOEPLITZ_READS,
-    build_position_modules,
-    config_defaults,
-    position_options,
-    refuse_unread_given,
-    resolve_position_options,
-)
+from fairseq_urpe.models.option_checks import (config_defaults, position_options, refuse_unread_given,
+                                              resolve_position_options)
+from fairseq_urpe.models.position_builders import build_position_modules
+from fairseq_urpe.models.position_kinds import POSITION_KINDS
+from fairseq_urpe.models.reweightings import REWEIGHTINGS
 from fairseq_urpe.models.relative_transformer_lm import RelativeTransformerLanguageModelConfig
 
 LONGEST = 15  # --tokens-per-sample 16
@@ -49,13 +45,13 @@ def test_the_values_cover_every_option_the_registry_knows():
     assert set(VALUES) == set(position_options())
 
 
-CASES = [(kind, toeplitz, option) for kind in POSITION_KINDS for toeplitz in TOEPLITZ_READS for option in VALUES]
+CASES = [(kind, toeplitz, option) for kind in POSITION_KINDS for toeplitz in REWEIGHTINGS for option in VALUES]
 
 
 @pytest.mark.parametrize("kind,toeplitz,option", CASES, ids=["-".join(case) for case in CASES])
 def test_every_option_given_to_every_kind_and_c(kind, toeplitz, option):
     bad, good = VALUES[option]
-    if option in POSITION_KINDS[kind].reads or option in TOEPLITZ_READS[toeplitz]:
+    if option in POSITION_KINDS[kind].reads or option in REWEIGHTINGS[toeplitz].reads:
         build(kind, toeplitz, **{option: good})
         if bad is not None:
             with pytest.raises(ValueError, match=re.escape(flag(option))):
@@ -72,7 +68,7 @@ def test_every_option_given_to_every_kind_and_c(kind, toeplitz, option):
 
 def test_an_option_left_at_its_default_is_accepted_by_every_kind():
     for kind in POSITION_KINDS:
-        for toeplitz in TOEPLITZ_READS:
+        for toeplitz in REWEIGHTINGS:
             build(kind, toeplitz, on_command_line=False, **{option: DEFAULTS[option] for option in VALUES})
 
 

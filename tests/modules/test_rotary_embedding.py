@@ -21,9 +21,11 @@ def test_rotation_equals_complex_multiplication_up_to_long_positions(base):
 
 
 def test_the_rope_kind_of_the_registry_rotates_as_its_reference_formula():
-    from fairseq_urpe.models.position_kinds import POSITION_KINDS, AttentionShape
+    from fairseq_urpe.models.kind_record import AttentionShape
+    from fairseq_urpe.models.position_builders import build_module
+    from fairseq_urpe.models.position_kinds import POSITION_KINDS
 
-    rope = POSITION_KINDS["rope"].build(AttentionShape(2, 8, False), None)
+    rope = build_module(POSITION_KINDS["rope"], AttentionShape(2, 8, False), None)
     x = torch.randn(300, 8, dtype=torch.float64)
     got = rotate(x, rope.rotation(torch.arange(300), torch.float64))
     torch.testing.assert_close(got, ROTATION_FORMULAS["rope"](x), rtol=1e-12, atol=1e-10)
