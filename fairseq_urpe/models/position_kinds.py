@@ -9,7 +9,13 @@ a plugin, a test, one call of :func:`register_kind`).
 
 from typing import Dict
 
-from ..modules import ALiBiBias, FireBias, KerpleBias, LearnedDistanceBias, LogBias, RotaryEmbedding, T5RelativeBias
+from ..modules.alibi_bias import ALiBiBias
+from ..modules.fire_bias import FireBias
+from ..modules.kerple_bias import KerpleBias
+from ..modules.learned_distance_bias import LearnedDistanceBias
+from ..modules.log_bias import LogBias
+from ..modules.rotary_embedding import RotaryEmbedding
+from ..modules.t5_relative_bias import T5RelativeBias
 from .kind_record import BY_DISTANCE, BY_POSITIONS, KIND_CONTRACTS, ROTARY, SHAPE_FIELDS, ModuleRecipe, PositionKind
 from .position_options import POSITION_OPTIONS
 

@@ -112,15 +112,6 @@ def test_the_encoder_builds_every_kind_from_the_registry_too():
     assert model(**tokens(task)["net_input"])[0].isfinite().all()
 
 
-def test_the_modules_package_exports_every_kind_s_module():
-    import fairseq_urpe.modules as modules
-
-    for name, kind in POSITION_KINDS.items():
-        if kind.module is not None:
-            assert kind.module.__name__ in modules.__all__ and getattr(modules, kind.module.__name__) is kind.module, (
-                f"--rpe-kind {name}: fairseq_urpe/modules/__init__.py does not export {kind.module.__name__}")
-
-
 @pytest.mark.parametrize("config", [RelativeTransformerLanguageModelConfig, RelativeEncoderConfig], ids=lambda c: c.__name__)
 def test_the_configs_have_each_declared_option_with_its_default_and_choices(config):
     fields = {f.name: f for f in dataclasses.fields(config)}
