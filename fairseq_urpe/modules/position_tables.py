@@ -67,6 +67,11 @@ class PositionTables:
             self._matrices[name] = expand_by_distance(table, self.index)
         return self._matrices[name]
 
+    def score_bias(self) -> Optional[Tensor]:
+        """The bias added to the scores as its ``(H, T, S)`` matrix, whichever way it is read: ``bias`` by
+        distance (:meth:`matrix`) or ``pair_bias`` of the positions; ``None`` without a bias."""
+        return self.matrix("bias") if self.bias is not None else self.pair_bias
+
     def causal(self, table: Optional[Tensor], constant_from: Optional[int] = None) -> Optional[Tensor]:
         """``table`` at distances ``0 .. S - 1`` only, ``(H, S)``; with ``constant_from``, only up to that
         distance, ``(H, min(S, constant_from + 1))``, its last entry standing for every distance past it."""

@@ -179,17 +179,14 @@ class RelativeMultiheadAttention(MultiheadAttention):
                 return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None  # out (B, H, T, d)
 
         in_place = self.dot_product  # only then is `scores` a fresh (B, H, T, S) tensor of our own
+        score_bias = tables.score_bias()  # (H, T, S) or None
         if self.dot_product:
             # In place below: neither matmul, the upcast, add nor masked_fill needs its output for backward.
             scores = at_least_float32(torch.matmul(q, k.transpose(2, 3)))  # (B, H, T, S)
-            if tables.bias is not None:
-                scores += tables.matrix("bias")  # (H, T, S)
-            elif tables.pair_bias is not None:
-                scores += tables.pair_bias  # (H, T, S)
-        elif tables.bias is not None:
-            scores = tables.matrix("bias")[None]  # (1, H, T, S)
-        elif tables.pair_bias is not None:
-            scores = tables.pair_bias[None]  # (1, H, T, S)
+            if score_bias is not None:
+                scores += score_bias  # (H, T, S)
+        elif score_bias is not None:
+            scores = score_bias[None]  # (1, H, T, S)
         else:
             scores = v.new_zeros((1, 1, tgt_len, src_len), dtype=torch.promote_types(v.dtype, torch.float32))
         if key_padding_mask is not None:
