@@ -55,22 +55,28 @@ class PositionTables:
     reweight_constant_from: Optional[int] = None
     _matrices: Dict[str, Tensor] = field(default_factory=dict, repr=False, compare=False)
 
-    def matrix(self, name: str) -> Tensor:
-        """``bias`` or ``reweight`` as its ``(H, T, S)`` matrix (:func:`expand_by_distance`). For one query (a
+    def matrix(self, name: str, rows: slice = slice(None), keys: Optional[int] = None) -> Tensor:
+        """``bias`` or ``reweight`` as its ``(H, T, S)`` matrix (:func:`expand_by_distance`), or the block of it at
+        query ``rows`` and the first ``keys`` keys (:mod:`~fairseq_urpe.modules.causal_blocks`). For one query (a
         decoding step) with no gradient to the table, it is made once for these tables and shared by every
         layer that reads them (its ``(H, 1, S)`` is the table's size); otherwise each reader makes its own, in
         its graph, and frees it when done (a kept ``(H, T, S)`` would add to the peak memory of long inputs)."""
         table = getattr(self, name)
+        if rows != slice(None) or keys is not None:
+            return expand_by_distance(table, self.index[rows, :keys])
         if self.tgt_len != 1 or (torch.is_grad_enabled() and table.requires_grad):
             return expand_by_distance(table, self.index)
         if name not in self._matrices:
             self._matrices[name] = expand_by_distance(table, self.index)
         return self._matrices[name]
 
-    def score_bias(self) -> Optional[Tensor]:
-        """The bias added to the scores as its ``(H, T, S)`` matrix, whichever way it is read: ``bias`` by
-        distance (:meth:`matrix`) or ``pair_bias`` of the positions; ``None`` without a bias."""
-        return self.matrix("bias") if self.bias is not None else self.pair_bias
+    def score_bias(self, rows: slice = slice(None), keys: Optional[int] = None) -> Optional[Tensor]:
+        """The bias added to the scores as its ``(H, T, S)`` matrix (or the block at ``rows`` and the first
+        ``keys`` keys), whichever way it is read: ``bias`` by distance (:meth:`matrix`) or ``pair_bias`` of the
+        positions; ``None`` without a bias."""
+        if self.bias is not None:
+            return self.matrix("bias", rows, keys)
+        return None if self.pair_bias is None else self.pair_bias[:, rows, :keys]
 
     def causal(self, table: Optional[Tensor], constant_from: Optional[int] = None) -> Optional[Tensor]:
         """``table`` at distances ``0 .. S - 1`` only, ``(H, S)``; with ``constant_from``, only up to that

@@ -18,7 +18,8 @@ import torch
 from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
-from ..kernels.dispatch import StaticDispatch, pair_bias_path
+from ..kernels.dispatch import StaticDispatch, is_future_mask, pair_bias_path
+from .causal_blocks import causal_blocks
 from .position_tables import PositionModules, PositionTables, rotate
 from .precision import at_least_float32
 from .reweighted_softmax import softmax_reweight_values
@@ -178,39 +179,56 @@ class RelativeMultiheadAttention(MultiheadAttention):
             if out is not None:  # None: auto, and this launch signature failed its first launch (dense below)
                 return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None  # out (B, H, T, d)
 
-        in_place = self.dot_product  # only then is `scores` a fresh (B, H, T, S) tensor of our own
-        score_bias = tables.score_bias()  # (H, T, S) or None
-        if self.dot_product:
-            # In place below: neither matmul, the upcast, add nor masked_fill needs its output for backward.
-            scores = at_least_float32(torch.matmul(q, k.transpose(2, 3)))  # (B, H, T, S)
-            if score_bias is not None:
-                scores += score_bias  # (H, T, S)
-        elif score_bias is not None:
-            scores = score_bias[None]  # (1, H, T, S)
-        else:
-            scores = v.new_zeros((1, 1, tgt_len, src_len), dtype=torch.promote_types(v.dtype, torch.float32))
-        if key_padding_mask is not None:
-            # A finite floor, not -inf: a row whose visible keys are all padding (left-padded prompts)
-            # stays finite instead of NaN. The causal -inf is added after, so future keys stay excluded.
-            pad = key_padding_mask.to(torch.bool)[:, None, None, :]  # (B, 1, 1, S)
-            floor = torch.finfo(scores.dtype).min
-            scores = scores.masked_fill_(pad, floor) if in_place else scores.masked_fill(pad, floor)  # (B, H, T, S)
-        if attn_mask is not None:
-            mask = at_least_float32(attn_mask)  # (T, S)
-            scores = scores.add_(mask) if in_place else scores + mask
-        if (tables.reweight is not None and self.dot_product and not need_weights and not dropout_active
-                and torch.is_grad_enabled()):
-            # The same math, keeping only softmax(S) for backward (not also A ⊙ C, C): URPE's memory is RPE's.
-            out = softmax_reweight_values(scores, tables.reweight, tables.index, v)  # (B, H, T, d)
-        else:
-            weights = torch.softmax(scores, dim=-1)  # (B or 1, H or 1, T, S), at least float32
-            if tables.reweight is not None:
-                weights = weights * tables.matrix("reweight")
-            weights = weights.expand(bsz, heads, tgt_len, src_len)  # a view; dropout then draws per example
-            out = torch.matmul(self.dropout_module(weights.to(v.dtype)), v)  # (B, H, T, d)
+        # Under the future mask, blocks of query rows each against the keys they see (causal_blocks); the
+        # weights, a decoding step and other masks: one block of every row and key.
+        blocks = [(slice(None), None)]
+        if incremental_state is None and not need_weights and tgt_len > 1 and is_future_mask(attn_mask, tgt_len):
+            blocks = causal_blocks(tgt_len)
+        outs = [self.dense_block(q, k, v, tables, key_padding_mask, attn_mask, rows, keys, need_weights, dropout_active)
+                for rows, keys in blocks]
+        out, weights = outs[0] if len(outs) == 1 else (torch.cat([o for o, _ in outs], dim=2), None)  # (B, H, T, d)
         out = self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim))  # (T, B, E)
 
         if not need_weights:
             return out, None
         head_weights = weights.transpose(0, 1)  # (H, B, T, S)
         return out, (head_weights if need_head_weights else head_weights.mean(dim=0))
+
+    def dense_block(self, q: Optional[Tensor], k: Optional[Tensor], v: Tensor, tables: PositionTables,
+                    key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor], rows: slice, keys: Optional[int],
+                    need_weights: bool, dropout_active: bool) -> Tuple[Tensor, Optional[Tensor]]:
+        """The dense attention of query ``rows`` against the first ``keys`` keys (all: ``slice(None)``,
+        ``None``): ``(out (B, H, rows, d), weights A ⊙ C (B, H, rows, keys) or None)``; ``q`` (B, H, T, d) scaled,
+        ``k``, ``v`` (B, H, S, d)."""
+        bsz, heads = v.size(0), self.num_heads
+        v = v[:, :, :keys]
+        in_place = self.dot_product  # only then is `scores` a fresh (B, H, rows, keys) tensor of our own
+        score_bias = tables.score_bias(rows, keys)  # (H, rows, keys) or None
+        if self.dot_product:
+            # In place below: neither matmul, the upcast, add nor masked_fill needs its output for backward.
+            scores = at_least_float32(torch.matmul(q[:, :, rows], k[:, :, :keys].transpose(2, 3)))
+            if score_bias is not None:
+                scores += score_bias
+        elif score_bias is not None:
+            scores = score_bias[None]  # (1, H, rows, keys)
+        else:
+            scores = v.new_zeros((1, 1, len(range(tables.tgt_len)[rows]), v.size(2)),
+                                 dtype=torch.promote_types(v.dtype, torch.float32))
+        if key_padding_mask is not None:
+            # A finite floor, not -inf: a row whose visible keys are all padding (left-padded prompts)
+            # stays finite instead of NaN. The causal -inf is added after, so future keys stay excluded.
+            pad = key_padding_mask[:, :keys].to(torch.bool)[:, None, None, :]  # (B, 1, 1, keys)
+            floor = torch.finfo(scores.dtype).min
+            scores = scores.masked_fill_(pad, floor) if in_place else scores.masked_fill(pad, floor)
+        if attn_mask is not None:
+            mask = at_least_float32(attn_mask[rows, :keys])  # (rows, keys)
+            scores = scores.add_(mask) if in_place else scores + mask
+        if (tables.reweight is not None and self.dot_product and not need_weights and not dropout_active
+                and torch.is_grad_enabled()):
+            # The same math, keeping only softmax(S) for backward (not also A ⊙ C, C): URPE's memory is RPE's.
+            return softmax_reweight_values(scores, tables.reweight, tables.index[rows, :keys], v), None
+        weights = torch.softmax(scores, dim=-1)  # (B or 1, H or 1, rows, keys), at least float32
+        if tables.reweight is not None:
+            weights = weights * tables.matrix("reweight", rows, keys)
+        weights = weights.expand(bsz, heads, weights.size(2), weights.size(3))  # a view; dropout draws per example
+        return torch.matmul(self.dropout_module(weights.to(v.dtype)), v), weights
