@@ -1,7 +1,8 @@
 """Fixtures for the end-to-end tests: a runner for fairseq's real command-line tools and a small,
 binarized slice of the Brown corpus that every test shares.
 
-Nothing here is mocked: every tool runs as its own process with the interpreter running pytest.
+Nothing here is mocked: every tool runs as its own process, forked from a process of the interpreter
+running pytest that has imported the tool's console-script module once (``tests/forked_tools.py``).
 """
 
 import re
@@ -12,7 +13,8 @@ from typing import Dict, Hashable, Optional
 
 import pytest
 
-from fairseq_urpe.fairseq_runs import Run, fairseq_command, fairseq_env, run
+from fairseq_urpe.fairseq_runs import Run, fairseq_env
+from tests.forked_tools import ForkedTools
 
 REPO = Path(__file__).resolve().parents[2]
 BROWN = REPO / "data" / "brown"
@@ -32,8 +34,8 @@ SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>")
 
 
 class FairseqCli:
-    """Runs ``fairseq-<tool>`` from the running interpreter's environment as a subprocess
-    (:func:`fairseq_urpe.fairseq_runs.run`), in ``workdir``.
+    """Runs ``fairseq-<tool>`` of the running interpreter's environment in ``workdir``, each command a
+    process of its own forked after the tool's imports (:class:`tests.forked_tools.ForkedTools`).
 
     Every process gets ``OMP_NUM_THREADS=1``: the suite runs two of them at a time on two cores, where
     more threads per process make torch many times slower (a tiny training took 40 s instead of 5.5 s
@@ -44,9 +46,10 @@ class FairseqCli:
     def __init__(self, workdir: Path):
         self.workdir = workdir
         self.env = fairseq_env(threads=1)
+        self.tools = ForkedTools(self.env)
 
     def run(self, tool: str, *args, input: Optional[str] = None, timeout: float = 300) -> Run:
-        return run(fairseq_command(tool) + list(args), env=self.env, cwd=self.workdir, input=input, timeout=timeout)
+        return self.tools.run(tool, args, env=self.env, cwd=self.workdir, input=input, timeout=timeout)
 
     def run_many(self, jobs: Dict[Hashable, tuple], slots: int = 2) -> Dict[Hashable, Run]:
         """Run ``{key: (tool, args[, run_kwargs])}`` with at most ``slots`` processes at once."""
@@ -74,7 +77,9 @@ class BrownData:
 
 @pytest.fixture(scope="session")
 def cli(tmp_path_factory) -> FairseqCli:
-    return FairseqCli(tmp_path_factory.mktemp("cwd"))
+    tools = FairseqCli(tmp_path_factory.mktemp("cwd"))
+    yield tools
+    tools.tools.close()
 
 
 @pytest.fixture(scope="session")
