@@ -200,35 +200,39 @@ class RelativeMultiheadAttention(MultiheadAttention):
         """The dense attention of query ``rows`` against the first ``keys`` keys (all: ``slice(None)``,
         ``None``): ``(out (B, H, rows, d), weights A ⊙ C (B, H, rows, keys) or None)``; ``q`` (B, H, T, d) scaled,
         ``k``, ``v`` (B, H, S, d)."""
-        bsz, heads = v.size(0), self.num_heads
-        v = v[:, :, :keys]
+        bsz, heads, index, num_rows = v.size(0), self.num_heads, tables.index, tables.tgt_len
+        if keys is None:  # every row and key: the tensors as they are (a decoding step's are ready to use)
+            score_bias = tables.score_bias()  # (H, T, S) or None
+        else:
+            num_rows, index, score_bias = rows.stop - rows.start, index[rows, :keys], tables.score_bias(rows, keys)
+            q, k, v = (None if q is None else q[:, :, rows]), (None if k is None else k[:, :, :keys]), v[:, :, :keys]
+            key_padding_mask = None if key_padding_mask is None else key_padding_mask[:, :keys]
+            attn_mask = None if attn_mask is None else attn_mask[rows, :keys]
         in_place = self.dot_product  # only then is `scores` a fresh (B, H, rows, keys) tensor of our own
-        score_bias = tables.score_bias(rows, keys)  # (H, rows, keys) or None
         if self.dot_product:
             # In place below: neither matmul, the upcast, add nor masked_fill needs its output for backward.
-            scores = at_least_float32(torch.matmul(q[:, :, rows], k[:, :, :keys].transpose(2, 3)))
+            scores = at_least_float32(torch.matmul(q, k.transpose(2, 3)))  # (B, H, rows, keys)
             if score_bias is not None:
-                scores += score_bias
+                scores += score_bias  # (H, rows, keys)
         elif score_bias is not None:
             scores = score_bias[None]  # (1, H, rows, keys)
         else:
-            scores = v.new_zeros((1, 1, len(range(tables.tgt_len)[rows]), v.size(2)),
-                                 dtype=torch.promote_types(v.dtype, torch.float32))
+            scores = v.new_zeros((1, 1, num_rows, v.size(2)), dtype=torch.promote_types(v.dtype, torch.float32))
         if key_padding_mask is not None:
             # A finite floor, not -inf: a row whose visible keys are all padding (left-padded prompts)
             # stays finite instead of NaN. The causal -inf is added after, so future keys stay excluded.
-            pad = key_padding_mask[:, :keys].to(torch.bool)[:, None, None, :]  # (B, 1, 1, keys)
+            pad = key_padding_mask.to(torch.bool)[:, None, None, :]  # (B, 1, 1, keys)
             floor = torch.finfo(scores.dtype).min
             scores = scores.masked_fill_(pad, floor) if in_place else scores.masked_fill(pad, floor)
         if attn_mask is not None:
-            mask = at_least_float32(attn_mask[rows, :keys])  # (rows, keys)
+            mask = at_least_float32(attn_mask)  # (rows, keys)
             scores = scores.add_(mask) if in_place else scores + mask
         if (tables.reweight is not None and self.dot_product and not need_weights and not dropout_active
                 and torch.is_grad_enabled()):
             # The same math, keeping only softmax(S) for backward (not also A ⊙ C, C): URPE's memory is RPE's.
-            return softmax_reweight_values(scores, tables.reweight, tables.index[rows, :keys], v), None
+            return softmax_reweight_values(scores, tables.reweight, index, v), None
         weights = torch.softmax(scores, dim=-1)  # (B or 1, H or 1, rows, keys), at least float32
         if tables.reweight is not None:
-            weights = weights * tables.matrix("reweight", rows, keys)
+            weights = weights * (tables.matrix("reweight") if keys is None else tables.matrix("reweight", rows, keys))
         weights = weights.expand(bsz, heads, weights.size(2), weights.size(3))  # a view; dropout draws per example
         return torch.matmul(self.dropout_module(weights.to(v.dtype)), v), weights
