@@ -196,7 +196,7 @@ def test_far_tiles_dq_comes_from_the_dkdv_kernel_where_it_fits(monkeypatch):
     assert not tiles.far_dq_fits(dict(cfg, far_dq="dq"))
     grid = tiles.far_dq_grid(cfg)
     assert grid == (32, 32)  # the forward's 32 queries by dK/dV's 32 keys
-    length, far = 133, table_reach(133, b, c)[2]
+    length, far = 97, table_reach(97, b, c)[2]  # 4 far dK/dV tiles; dQ skips 6 of its 9 far tiles
     fm, fn = cfg["forward"][:2]
     # dK/dV adds dQ for some far tiles, and dQ's far loop still has some of the forward's far tiles left
     dkdv_far = far_tiles("dkdv", length, far, *cfg["dkdv"][:2], grid)
