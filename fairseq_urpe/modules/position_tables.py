@@ -25,6 +25,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from .decoding_rows import step_rows
 from .reweighted_softmax import expand_by_distance
 
 
@@ -208,18 +209,29 @@ class PositionModules:
         return tables
 
     def _make(self, tgt_len: int, src_len: int, device: torch.device, dtype: torch.dtype) -> PositionTables:
-        positions = torch.arange(src_len, device=device)  # key positions 0 .. S-1
-        distances = torch.arange(1 - tgt_len, src_len, device=device)  # (T + S - 1,)
-        # (T, S) int64: an int32 index would halve its bytes, but makes index_select and index_add_ about
-        # 2.5x slower on CPU (torch 2.13), and the attention reads it for every table
-        index = positions[src_len - tgt_len :, None] - positions[None, :] + (tgt_len - 1)  # (T, S)
-        bias = self.position_bias
-        by_distance = bias is not None and reads_by_distance(bias)
         if self._constant_from is None:
             # a module of a kind registered elsewhere may not say (None: the kernel reads every distance)
             self._constant_from = tuple(getattr(module, "constant_from", None)
                                         for module in (self.position_bias, self.toeplitz))
         bias_constant_from, reweight_constant_from = self._constant_from
+        bias = self.position_bias
+        by_distance = bias is not None and reads_by_distance(bias)
+        if tgt_len == 1 and not torch.is_grad_enabled() and (bias is None or by_distance):
+            # a decoding step: views of tables made once for the modules' current values (decoding_rows)
+            modules = {slot: module for slot, module in (("bias", bias), ("reweight", self.toeplitz)) if module is not None}
+            step = step_rows(self, modules, src_len, device)
+            tables = PositionTables(
+                1, src_len, step.index, bias=step.tables.get("bias"), reweight=step.tables.get("reweight"),
+                rotation=(self.rotary.rotation(torch.arange(src_len - 1, src_len, device=device), dtype)
+                          if self.rotary is not None else None),
+                bias_constant_from=bias_constant_from, reweight_constant_from=reweight_constant_from)
+            tables._matrices.update(step.rows)  # each table's (H, 1, S) row: what matrix() gives
+            return tables
+        positions = torch.arange(src_len, device=device)  # key positions 0 .. S-1
+        distances = torch.arange(1 - tgt_len, src_len, device=device)  # (T + S - 1,)
+        # (T, S) int64: an int32 index would halve its bytes, but makes index_select and index_add_ about
+        # 2.5x slower on CPU (torch 2.13), and the attention reads it for every table
+        index = positions[src_len - tgt_len :, None] - positions[None, :] + (tgt_len - 1)  # (T, S)
         return PositionTables(
             tgt_len, src_len, index,
             bias=bias.by_distance(distances) if by_distance else None,

@@ -49,7 +49,7 @@ def test_a_per_layer_checkpoint_is_refused_by_a_shared_model_naming_the_option(b
 
 
 @pytest.mark.parametrize("flags,per_forward", [((), 1), (("--rpe-per-layer",), 3)])
-def test_tables_are_made_once_per_forward_and_per_decoding_step(build_lm, monkeypatch, flags, per_forward):
+def test_tables_are_made_once_per_forward_and_once_for_the_decoding_steps(build_lm, monkeypatch, flags, per_forward):
     model, _ = build_lm("transformer_lm_rpe_tiny", "--decoder-layers", "3", *flags)
     calls = count_table_calls(monkeypatch, model.decoder.layers[0].self_attn.position_bias)
     tokens = torch.randint(4, 40, (2, 6))
@@ -60,7 +60,7 @@ def test_tables_are_made_once_per_forward_and_per_decoding_step(build_lm, monkey
     with torch.no_grad():
         for t in range(4):
             model.decoder(tokens[:, : t + 1], incremental_state=state)
-    assert len(calls) == 4 * per_forward
+    assert len(calls) == per_forward  # the 4 steps slice tables made once for the modules' values (decoding_rows)
 
 
 def test_activation_checkpointing_and_two_forwards_in_flight_give_the_plain_gradients(build_lm):

@@ -77,23 +77,40 @@ def test_a_dtype_change_resolves_anew_and_decodes_as_the_full_forward(build_lm, 
 
 
 @pytest.mark.parametrize("arch,tables", [("transformer_lm_rpe_tiny", 1), ("transformer_lm_urpe_tiny", 2)])
-def test_a_decoding_step_expands_each_table_once_for_all_layers(build_lm, monkeypatch, arch, tables):  # noqa: F811
-    """Without gradients, each decoding step turns b (and URPE's c) into its (H, 1, S) row once, shared by every
-    layer; decoding still equals the full forward."""
-    from fairseq_urpe.modules import position_tables
+def test_decoding_steps_slice_tables_made_once_for_the_modules_values(build_lm, monkeypatch, arch, tables):  # noqa: F811
+    """Without gradients, a decoding step reads b's (and URPE's c's) table and its (H, 1, S) row as views of
+    tables made once (fairseq_urpe/modules/decoding_rows.py): no expansion per step, each module evaluated
+    once for all steps and layers. A change of b's values (through ``.data``, as fairseq's FP16 optimizer
+    writes them, leaving the version counter alone) makes them again at the next step; a longer prefix than
+    they hold too. Decoding equals the full forward before and after."""
+    from fairseq_urpe.modules import decoding_rows, position_tables
 
-    calls = []
+    expanded, evaluated = [], []
     expand = position_tables.expand_by_distance
-    monkeypatch.setattr(position_tables, "expand_by_distance", lambda *args: calls.append(1) or expand(*args))
+    monkeypatch.setattr(position_tables, "expand_by_distance", lambda *args: expanded.append(1) or expand(*args))
+    monkeypatch.setattr(decoding_rows, "FIRST_LENGTH", 4)  # a prefix longer than the first tables: made again
     model, _ = build_lm(arch, tokens_per_sample=32)
     model = randomise_positions(model).double().eval()
-    assert len(model.decoder.layers) >= 2
+    modules = [m for m in (model.decoder.position_bias, getattr(model.decoder, "toeplitz", None)) if m is not None]
+    assert len(modules) == tables and len(model.decoder.layers) >= 2
+    for module in modules:
+        by_distance = module.by_distance
+        monkeypatch.setattr(module, "by_distance", lambda d, f=by_distance: evaluated.append(d.numel()) or f(d))
     tokens = torch.randint(4, 20, (2, 9))
-    with torch.no_grad():
-        full = model(tokens)[0]
-        calls.clear()
-        state, steps = {}, []
-        for step in range(tokens.size(1)):
-            steps.append(model.decoder(tokens[:, : step + 1], incremental_state=state)[0][:, -1])
-    assert len(calls) == tables * tokens.size(1)
-    torch.testing.assert_close(torch.stack(steps, 1), full, rtol=1e-10, atol=1e-10)
+
+    def decode_all():
+        with torch.no_grad():
+            full = model(tokens)[0]
+            expanded.clear(), evaluated.clear()
+            state, steps = {}, []
+            for step in range(tokens.size(1)):
+                steps.append(model.decoder(tokens[:, : step + 1], incremental_state=state)[0][:, -1])
+        torch.testing.assert_close(torch.stack(steps, 1), full, rtol=1e-10, atol=1e-10)
+
+    decode_all()
+    assert expanded == [] and evaluated == [4] * tables + [8] * tables + [16] * tables  # 9 positions: tables of 4, 8, 16
+    decode_all()  # the same values: the tables made for the longest prefix serve every step
+    assert expanded == [] and evaluated == []
+    model.decoder.position_bias.weight.data.add_(0.5)  # in place, outside autograd's version counter
+    decode_all()
+    assert expanded == [] and evaluated == [16] * tables  # made again, as long as before
