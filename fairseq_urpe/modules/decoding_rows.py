@@ -11,8 +11,8 @@ prefixes of one table over distances ``0 .. N - 1`` (``N >= S``), kept with its 
 So a step slices instead of evaluating the modules and gathering. The tables are made again when a
 parameter or buffer of the modules holds other values than the ones they were made from (compared by value
 at each step: they are small, and updates through ``.data``, as fairseq's FP16 optimizer makes them, leave
-version counters alone), when a step needs more than ``N`` positions (``N`` doubles), and per device and
-inference mode. Only without gradients: a step with gradients evaluates the modules in its graph.
+version counters alone), when a step needs more than ``N`` positions (``N`` doubles, up to the longest distance a module accepts), and
+per device and inference mode. Only without gradients: a step with gradients evaluates the modules in its graph.
 """
 
 import weakref
@@ -68,10 +68,17 @@ def step_rows(owner, modules: Dict[str, nn.Module], src_len: int, device: torch.
     prefixes: Optional[_Prefixes] = kept.get(key)
     fresh = prefixes is not None and same_values(prefixes.values, current)
     if not fresh or prefixes.length < src_len:
-        # longer: double; other values: as long as before (the steps so far needed it)
+        # longer: double; other values: as long as before (the steps so far needed it); never past a distance a
+        # module refuses (its longest_distance), where only a step that needs it raises, as without these tables
         length = max(src_len, FIRST_LENGTH if prefixes is None else prefixes.length * (2 if fresh else 1))
+        limits = [m.longest_distance + 1 for m in modules.values() if getattr(m, "longest_distance", None) is not None]
+        length = max(src_len, min([length] + limits))
+        try:
+            tables = {slot: module.by_distance(torch.arange(length, device=device)) for slot, module in modules.items()}
+        except ValueError:  # a module that refuses farther distances without saying so: the step's own length
+            length = src_len
+            tables = {slot: module.by_distance(torch.arange(length, device=device)) for slot, module in modules.items()}
         distances = torch.arange(length, device=device)
-        tables = {slot: module.by_distance(distances) for slot, module in modules.items()}  # (H, N)
         prefixes = kept[key] = _Prefixes(tuple(t.detach().clone() for t in current), length, distances.flip(0),
                                          tables, {slot: table.flip(-1) for slot, table in tables.items()})
     start = prefixes.length - src_len

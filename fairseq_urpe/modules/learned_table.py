@@ -1,6 +1,6 @@
 """A learned per-head table read by distance: what T5's bias, the per-distance bias and URPE's ``c`` share."""
 
-from typing import Union
+from typing import Optional, Union
 
 import torch
 from torch import nn
@@ -38,6 +38,11 @@ class LearnedTable(RelativePositionFunction):
         """The causal distance from which every distance reads the same entry as it: the clip
         (``max_distance``), or the first distance of T5's last bucket (the index's ``constant_from``)."""
         return self.index.constant_from
+
+    @property
+    def longest_distance(self) -> Optional[int]:
+        """``max_distance`` where farther distances raise (``--urpe-beyond-max error``), else ``None``."""
+        return self.index.max_distance if getattr(self.index, "beyond_max", "clamp") == "error" else None
 
     @property
     def bidirectional(self) -> bool:

@@ -112,6 +112,12 @@ class RelativePositionFunction(nn.Module):
         raise NotImplementedError
 
     @property
+    def longest_distance(self) -> Optional[int]:
+        """The longest causal distance ``by_distance`` accepts (``None``: any); farther ones raise ``ValueError``.
+        Decoding builds tables up to it ahead of the steps that need them (:mod:`.decoding_rows`), never past it."""
+        return None
+
+    @property
     def constant_from(self) -> Optional[int]:
         """The causal distance ``k0`` with ``f_h(k) = f_h(k0)`` for every ``k >= k0`` (``None``: no such
         distance). The fused kernel reads the table only up to it. It depends on the module's options only

@@ -114,3 +114,23 @@ def test_decoding_steps_slice_tables_made_once_for_the_modules_values(build_lm, 
     model.decoder.position_bias.weight.data.add_(0.5)  # in place, outside autograd's version counter
     decode_all()
     assert expanded == [] and evaluated == [16] * tables  # made again, as long as before
+
+
+def test_decoding_tables_stop_at_the_longest_distance_a_table_accepts(build_lm):  # noqa: F811
+    """A per-distance C that refuses farther distances (``--urpe-beyond-max error``) decodes every step that stays
+    within it, equal to the full forward, though the tables are made ahead of the steps; the first step past it
+    raises naming the option, as the full forward does."""
+    model, _ = build_lm("transformer_lm_urpe_tiny", "--urpe-toeplitz", "unique", "--urpe-max-distance", "7",
+                        "--urpe-beyond-max", "error", tokens_per_sample=8)
+    model = randomise_positions(model).double().eval()
+    tokens = torch.randint(4, 20, (2, 9))
+    with torch.no_grad():
+        full = model(tokens[:, :8])[0]
+        state, steps = {}, []
+        for step in range(8):
+            steps.append(model.decoder(tokens[:, : step + 1], incremental_state=state)[0][:, -1])
+        torch.testing.assert_close(torch.stack(steps, 1), full, rtol=1e-10, atol=1e-10)
+        with pytest.raises(ValueError, match="--urpe-max-distance=7 but the input needs 8"):
+            model.decoder(tokens, incremental_state=state)
+        with pytest.raises(ValueError, match="--urpe-max-distance=7 but the input needs 8"):
+            model(tokens)
