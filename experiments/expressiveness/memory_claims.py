@@ -2,6 +2,8 @@
 
     python -m experiments.expressiveness.memory_claims              # fits and trained models, 2 processes
     python -m experiments.expressiveness.memory_claims --smoke      # seconds
+    python -m experiments.expressiveness.memory_claims --only trained --experiments summax --max-heads 1 \
+        --steps 12000 --out docs/expressiveness/summax_long  # the cells sum-to-max's rule reads, 3x the budget
 
 Every score is at **one position that sees the same number of keys** (the last of a fixed-length sequence), so
 no softmax normaliser varies between scored positions. Thresholds and verdict rules are in ``RULES`` and
@@ -510,11 +512,18 @@ def main(argv=None):
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--only", default="fits trained")
     p.add_argument("--experiments", default="adaptive nested summax", help="trained experiments to run")
+    p.add_argument("--steps", type=int, default=None, help=f"training steps per model (default {STEPS}; another budget "
+                                                            "keeps its own records, so give it its own --out)")
+    p.add_argument("--max-heads", type=int, default=None, help="train only the cells with at most this many heads")
     add_study_options(p)
     a = p.parse_args(argv)
     size = dict(SMOKE) if a.smoke else dict(rate_lags=RATE_LAGS, fit_heads=FIT_HEADS, restarts=RESTARTS,
                                             iters=FIT_ITERS, decay_lengths={}, steps=STEPS, batch=BATCH, eval=EVAL,
                                             valid=VALID, eval_every=EVAL_EVERY)
+    if a.steps is not None:
+        if a.steps < size["eval_every"]:
+            p.error(f"--steps {a.steps}: at least one validation point needs {size['eval_every']} steps")
+        size["steps"] = a.steps
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     fits_path = out / "memory_claims_fits.json"
@@ -526,7 +535,8 @@ def main(argv=None):
     elif fits_path.exists():
         fits = json.loads(fits_path.read_text())
     budget = {k: size[k] for k in ("steps", "batch", "eval", "valid", "eval_every")}
-    configs = list({key_of(c, "*"): c for e, _, c in trained_cells() if e in a.experiments.split()}.values())
+    configs = list({key_of(c, "*"): c for e, _, c in trained_cells()
+                    if e in a.experiments.split() and (a.max_heads is None or c["heads"] <= a.max_heads)}.values())
     configs.sort(key=lambda c: -c["heads"] * c["layers"])  # the largest first
 
     def record(cell, seed, result):

@@ -300,6 +300,16 @@ def test_memory_claims_smoke_writes_fits_trained_and_verdicts(tmp_path):
     assert all(v in rules.WORDS for v in data["verdicts"].values())
 
 
+def test_memory_claims_trains_only_the_cells_and_budget_asked_for(tmp_path):
+    memory_claims.main(["--smoke", "--only", "trained", "--experiments", "summax", "--max-heads", "1", "--steps", "4",
+                        "--jobs", "1", "--seeds", "0", "--out", str(tmp_path)])
+    runs = [json.loads(line) for line in (tmp_path / "memory_claims_runs.jsonl").read_text().splitlines()]
+    assert sorted(r["key"] for r in runs) == ["summax|16|H=1|L=2|DP|0", "summax|16|H=1|L=3|DP|0"]
+    assert all(r["trained_steps"] == 4 and r["budget"]["steps"] == 4 and len(r["curve"]) == 2 for r in runs)
+    data = json.loads((tmp_path / "memory_claims.json").read_text())
+    assert set(data["verdicts"]) == {"summax"} and data["size"]["steps"] == 4
+
+
 def test_separation_verdict_reads_the_errors_of_the_models_with_and_without_the_feature():
     def c(figure, flat=True):
         return {"figure": figure, "flat": flat}
