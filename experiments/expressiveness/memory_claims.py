@@ -493,7 +493,7 @@ def markdown(fits, trained, verdicts, header):
         cols = sorted({c for r in rows.values() for c in r}, key=lambda c: int(c.split("=")[1]))
         lines += ["", f"**{experiment}** (trained; test relative error, the median over live seeds [live range] "
                   f"(live / trained); 'falling' where a live seed's curve was not flat at the budget): "
-                  f"{verdicts.get(experiment)}", "", "| model | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+                  f"{verdicts.get(experiment) or 'no verdict (a cell its rule reads has no model)'}", "", "| model | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
         for row, cells in rows.items():
             lines.append(f"| {row} | " + " | ".join(
                 (rules.fmt_cell(cells[c]) + ("" if cells[c]["flat"] else ", falling")) if c in cells else ""
@@ -552,8 +552,9 @@ def main(argv=None):
         trained = summarise_trained(runs)
         verdicts = {**(fit_verdicts(fits, size) if fits else {}), **trained_verdicts(trained)}
         seconds = model_seconds(runs)
-        header = (f"Memory claims: best fits in {fits['seconds'] / 60 if fits else 0:.1f} min ({size['restarts']} "
-                  f"random starts and one warm start per H, {size['iters']} L-BFGS iterations each); {len(runs)} "
+        header = ((f"Memory claims: best fits in {fits['seconds'] / 60:.1f} min ({size['restarts']} random starts and "
+                   f"one warm start per H, {size['iters']} L-BFGS iterations each); " if fits else "Memory claims: ") +
+                  f"{len(runs)} "
                   f"trained models ({seconds / 60:.1f} model-min), Adam lr {LR} (constant after {WARMUP} warm-up "
                   f"steps), batches of {size['batch']} sequences, {size['steps']} steps, curves of the weights' moving "
                   f"average (decay {EMA}).")
