@@ -251,6 +251,19 @@ def test_committed_results_md_is_what_collect_only_writes_from_the_committed_run
     assert f"Holm-adjusted over the {results['holm_tests']} paired tests" in text
 
 
+def test_committed_confirmatory_tables_are_what_collect_only_and_the_analysis_write_from_the_committed_runs():
+    """docs/language_modeling/confirmatory/: results.md as `--collect-only` writes it and confirmatory.md as the
+    analysis writes it, byte for byte from the committed results.json (seeds 6-10 only)."""
+    from experiments.language_modeling import confirmatory
+
+    folder = REPO / "docs/language_modeling/confirmatory"
+    results = json.loads((folder / "results.json").read_text())
+    assert results["settings"]["seeds"] == list(confirmatory.SEEDS)
+    assert brown_sweep.tables_from_results(results) == (folder / "results.md").read_text()
+    stats = confirmatory.verdicts(confirmatory.differences(results["runs"]))
+    assert confirmatory.markdown(stats) == (folder / "confirmatory.md").read_text()
+
+
 def _confirmatory_runs(values):
     """Runs of the confirmatory cells: ``values[config][seed]`` test perplexity at L."""
     return [{"config": c, "seed": s, "test_ppl": {"1": v}} for c, by_seed in values.items() for s, v in by_seed.items()]
