@@ -552,11 +552,10 @@ def main(argv=None):
         trained = summarise_trained(runs)
         verdicts = {**(fit_verdicts(fits, size) if fits else {}), **trained_verdicts(trained)}
         seconds = model_seconds(runs)
-        header = ((f"Memory claims: best fits in {fits['seconds'] / 60:.1f} min ({size['restarts']} random starts and "
-                   f"one warm start per H, {size['iters']} L-BFGS iterations each); " if fits else "Memory claims: ") +
-                  f"{len(runs)} "
-                  f"trained models ({seconds / 60:.1f} model-min), Adam lr {LR} (constant after {WARMUP} warm-up "
-                  f"steps), batches of {size['batch']} sequences, {size['steps']} steps, curves of the weights' moving "
+        fitted = (f"best fits in {fits['seconds'] / 60:.1f} min ({size['restarts']} random starts and one warm start "
+                  f"per H, {size['iters']} L-BFGS iterations each); " if fits else "")
+        header = (f"Memory claims: {fitted}{len(runs)} trained models ({seconds / 60:.1f} model-min), Adam lr {LR} "
+                  f"(constant after {WARMUP} warm-up steps), batches of {size['batch']} sequences, {size['steps']} steps, curves of the weights' moving "
                   f"average (decay {EMA}).")
         return markdown(fits, trained, verdicts, header), {
             "rules": {**RULES, **rules.RULE_TEXT}, "rules_written": {**WRITTEN, **rules.RULE_WRITTEN},
