@@ -493,7 +493,8 @@ def markdown(fits, trained, verdicts, header):
         cols = sorted({c for r in rows.values() for c in r}, key=lambda c: int(c.split("=")[1]))
         lines += ["", f"**{experiment}** (trained; test relative error, the median over live seeds [live range] "
                   f"(live / trained); 'falling' where a live seed's curve was not flat at the budget): "
-                  f"{verdicts.get(experiment) or 'no verdict (a cell its rule reads has no model)'}", "", "| model | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+                  f"{verdicts.get(experiment) or 'no verdict (a cell its rule reads has no model)'}", "",
+                  "| model | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
         for row, cells in rows.items():
             lines.append(f"| {row} | " + " | ".join(
                 (rules.fmt_cell(cells[c]) + ("" if cells[c]["flat"] else ", falling")) if c in cells else ""
@@ -555,8 +556,8 @@ def main(argv=None):
         fitted = (f"best fits in {fits['seconds'] / 60:.1f} min ({size['restarts']} random starts and one warm start "
                   f"per H, {size['iters']} L-BFGS iterations each); " if fits else "")
         header = (f"Memory claims: {fitted}{len(runs)} trained models ({seconds / 60:.1f} model-min), Adam lr {LR} "
-                  f"(constant after {WARMUP} warm-up steps), batches of {size['batch']} sequences, {size['steps']} steps, curves of the weights' moving "
-                  f"average (decay {EMA}).")
+                  f"(constant after {WARMUP} warm-up steps), batches of {size['batch']} sequences, {size['steps']} "
+                  f"steps, curves of the weights' moving average (decay {EMA}).")
         return markdown(fits, trained, verdicts, header), {
             "rules": {**RULES, **rules.RULE_TEXT}, "rules_written": {**WRITTEN, **rules.RULE_WRITTEN},
             "verdicts": verdicts, "fits": fits, "trained": trained, "size": size, "model_seconds": seconds}
