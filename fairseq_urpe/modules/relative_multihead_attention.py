@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from ..kernels.dispatch import StaticDispatch, is_future_mask, pair_bias_path
 from .causal_blocks import causal_blocks
+from .causal_dense_attention import causal_dense_attention
 from .position_tables import PositionModules, PositionTables, rotate
 from .precision import at_least_float32
 from .reweighted_softmax import softmax_reweight_values
@@ -184,6 +185,10 @@ class RelativeMultiheadAttention(MultiheadAttention):
         blocks = [(slice(None), None)]
         if incremental_state is None and not need_weights and tgt_len > 1 and is_future_mask(attn_mask, tgt_len):
             blocks = causal_blocks(tgt_len)
+            if self.dot_product and not dropout_active and tables.pair_bias is None:  # training's common case
+                out = causal_dense_attention(q, k, v, tables.bias, tables.reweight, tables.index, blocks,
+                                             key_padding_mask)  # (B, H, T, d)
+                return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None
         outs = [self.dense_block(q, k, v, tables, key_padding_mask, attn_mask, rows, keys, need_weights, dropout_active)
                 for rows, keys in blocks]
         out, weights = outs[0] if len(outs) == 1 else (torch.cat([o for o, _ in outs], dim=2), None)  # (B, H, T, d)

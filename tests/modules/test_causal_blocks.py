@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fairseq_urpe.modules import causal_blocks as causal_blocks_module
+from fairseq_urpe.modules import relative_multihead_attention as attention_module
 from fairseq_urpe.modules.causal_blocks import causal_blocks
 from fairseq_urpe.modules.relative_multihead_attention import RelativeMultiheadAttention
 from tests.attention_builders import (
@@ -33,6 +34,13 @@ def blocks_of_four(monkeypatch):
         return block(self, q, k, v, tables, key_padding_mask, attn_mask, rows, keys, *rest)
 
     monkeypatch.setattr(RelativeMultiheadAttention, "dense_block", recorded)
+    whole = attention_module.causal_dense_attention  # the blocks of dot-product training calls, in one function
+
+    def recorded_whole(q, k, v, bias_table, c_table, index, blocks, *rest):
+        seen.extend(blocks)
+        return whole(q, k, v, bias_table, c_table, index, blocks, *rest)
+
+    monkeypatch.setattr(attention_module, "causal_dense_attention", recorded_whole)
     return seen
 
 
