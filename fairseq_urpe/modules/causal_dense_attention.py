@@ -7,7 +7,7 @@ For blocks of query rows ``r0 .. r1 - 1`` (:mod:`.causal_blocks`), each against 
     A = softmax(S)    W = A ⊙ C_r (URPE; W = A without C)    out_r = W V_K
 
     dV_K += W^T dO_r    dW = dO_r V_K^T    X = dW ⊙ A    dc += fold(sum_batch X)    (URPE)
-    dS = X ⊙ C_r - A rowsum(X ⊙ C_r)      (without C: dS = A ⊙ (dW - rowsum(dW ⊙ A))), 0 at pads
+    dS = X ⊙ C_r - A rowsum(X ⊙ C_r)      (without C: X - A rowsum(X)), 0 at pads
     db += fold(sum_batch dS)    dQ_r = dS K_K    dK_K += dS^T Q_r
 
 Autograd of the same ops per block slices q, k and v once per block: each slice's backward fills a zero tensor
@@ -33,9 +33,10 @@ class CausalDenseAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, bias_table, c_table, index, blocks, pad):
         probs, outs = [], []
+        space = Workspace(q, blocks)
         for rows, keys in blocks:
-            a = _probs(q, k, bias_table, index, pad, rows, keys)
-            w = a if c_table is None else a * _expand(c_table, index[rows, :keys])
+            a = _probs(q, k, bias_table, index, pad, rows, keys, space)
+            w = a if c_table is None else torch.mul(a, _expand(c_table, index[rows, :keys]), out=space.block(a, rows, keys))
             outs.append(torch.matmul(w.to(v.dtype), v[:, :, :keys]))  # (B, H, R, d)
             probs.append(a)
         ctx.blocks = blocks
@@ -52,27 +53,27 @@ class CausalDenseAttention(torch.autograd.Function):
         grad_b = bias_table.new_zeros(bias_table.shape) if need_b else None
         grad_c = c_table.new_zeros(c_table.shape) if need_c else None
         grad_q = []
+        space = Workspace(probs[0], ctx.blocks)
         for (rows, keys), a in zip(ctx.blocks, probs):
             g = grad_out[:, :, rows].contiguous()  # (B, H, R, d); a strided slice would go matrix by matrix
             v_k, k_k = v[:, :, :keys], k[:, :, :keys]
             c = None if c_table is None else _expand(c_table, index[rows, :keys])  # (H, R, K)
             if need_v:
-                grad_v[:, :, :keys] += torch.matmul((a if c is None else a * c).to(v.dtype).transpose(-1, -2), g)
+                w = a if c is None else torch.mul(a, c, out=space.block(a, rows, keys))
+                grad_v[:, :, :keys] += torch.matmul(w.to(v.dtype).transpose(-1, -2), g)
             if not (need_q or need_k or need_b or need_c):
                 continue
-            x = torch.matmul(g, v_k.transpose(-1, -2)).to(a.dtype)  # dW (B, H, R, K)
-            if c is None:
-                grad_s = torch._softmax_backward_data(x, a, -1, a.dtype)
-            else:
-                x.mul_(a)  # X = dW ⊙ A
-                if need_c:
-                    grad_c += _fold(x.sum(0), index[rows, :keys], c_table.shape)
-                grad_s = x.mul_(c)
-                grad_s.addcmul_(a, grad_s.sum(-1, keepdim=True), value=-1)
+            dw = space.block(g, rows, keys)  # dW = dO V^T, in the workspace where the dtypes allow
+            x = (torch.matmul(g, v_k.transpose(-1, -2)) if dw is None else torch.matmul(g, v_k.transpose(-1, -2), out=dw))
+            x = x.to(a.dtype).mul_(a)  # X = dW ⊙ A (B, H, R, K)
+            if need_c:
+                grad_c += _fold(_batch_sum(x), index[rows, :keys], c_table.shape)
+            grad_s = x if c is None else x.mul_(c)  # X ⊙ C
+            grad_s.addcmul_(a, grad_s.sum(-1, keepdim=True), value=-1)
             if pad is not None:  # the floor is a constant: no gradient (only a row of pads has weight there)
                 grad_s.masked_fill_(pad[:, None, None, :keys], 0)
             if need_b:
-                grad_b += _fold(grad_s.sum(0), index[rows, :keys], bias_table.shape)
+                grad_b += _fold(_batch_sum(grad_s), index[rows, :keys], bias_table.shape)
             grad_s = grad_s.to(q.dtype)
             if need_q:
                 grad_q.append(torch.matmul(grad_s, k_k))  # (B, H, R, d)
@@ -83,10 +84,35 @@ class CausalDenseAttention(torch.autograd.Function):
         return grad_q if need_q else None, grad_k, grad_v, grad_b, grad_c, None, None, None
 
 
+class Workspace:
+    """One buffer for the ``(B, H, R, K)`` temporaries of every block of one call (the scores in forward,
+    ``A ⊙ C`` and ``dW`` in backward), as large as the largest block: on CPU a fresh tensor of that size per
+    block pays its page faults again, which cost more than the arithmetic on it at long lengths."""
+
+    def __init__(self, like: Tensor, blocks: List[Tuple[slice, int]]):
+        batch_heads = like.size(0) * like.size(1)
+        self.dtype = like.dtype
+        self.buffer = like.new_empty(max(batch_heads * (r.stop - r.start) * k for r, k in blocks))
+
+    def block(self, like: Tensor, rows: slice, keys: int) -> Optional[Tensor]:
+        """A contiguous ``(B, H, R, K)`` view for a temporary of ``like``'s dtype (``None``: another dtype)."""
+        if like.dtype != self.dtype:
+            return None
+        shape = (like.size(0), like.size(1), rows.stop - rows.start, keys)
+        return self.buffer[: shape[0] * shape[1] * shape[2] * shape[3]].view(shape)
+
+
+def _batch_sum(x: Tensor) -> Tensor:
+    """``x`` (B, ...) summed over the batch; one example: a view (``sum(0)`` would copy it into fresh memory)."""
+    return x[0] if x.size(0) == 1 else x.sum(0)
+
+
 def _probs(q: Tensor, k: Tensor, bias_table: Optional[Tensor], index: Tensor, pad: Optional[Tensor], rows: slice,
-           keys: int) -> Tensor:
-    """``softmax(S)`` of one block (B, H, R, K), at least float32."""
-    scores = at_least_float32(torch.matmul(q[:, :, rows], k[:, :, :keys].transpose(-1, -2)))  # (B, H, R, K)
+           keys: int, space: Workspace) -> Tensor:
+    """``softmax(S)`` of one block (B, H, R, K), at least float32; S in ``space`` where its dtype is q's."""
+    q_r, k_t = q[:, :, rows], k[:, :, :keys].transpose(-1, -2)
+    out = space.block(q, rows, keys)
+    scores = at_least_float32(torch.matmul(q_r, k_t) if out is None else torch.matmul(q_r, k_t, out=out))  # (B, H, R, K)
     if bias_table is not None:
         scores += _expand(bias_table, index[rows, :keys])
     if pad is not None:  # a finite floor, as the general dense path: a row of padding only stays finite
