@@ -101,7 +101,7 @@ def resume_runs(tmp_path_factory):
             "--decoder-ffn-embed-dim", "32", "--decoder-attention-heads", "2", "--tokens-per-sample", "8",
             "--batch-size", "4", "--max-update", str(updates), "--optimizer", "adam", "--lr", "0.01", "--cpu",
             "--seed", "3", "--save-dir", save, "--no-epoch-checkpoints", "--disable-validation", "--log-format",
-            "simple", "--log-interval", "1"], env=env)
+            "simple", "--log-interval", "1", "--num-workers", "0"], env=env)
         runs[name].save = save
         runs[name].state = load_checkpoint(save / "checkpoint_last.pt")
     return runs
