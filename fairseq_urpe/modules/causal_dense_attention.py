@@ -14,7 +14,7 @@ Autograd of the same ops per block slices q, k and v once per block: each slice'
 as large as the whole q (k, v) and the blocks' gradients are then added, 10 fills and 9 additions of
 ``(B, H, T, d)`` per layer at 4 blocks; here dK and dV are made once and each block adds into its key prefix.
 The mask touches only the corner it masks, and ``W`` is recomputed in backward, so only ``A`` is kept per block,
-as autograd of RPE keeps it.
+as autograd of RPE keeps it; a call without gradients keeps none (each block's is freed with the block).
 """
 
 from typing import List, Optional, Tuple
@@ -32,16 +32,11 @@ class CausalDenseAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, bias_table, c_table, index, blocks, pad):
-        probs, outs = [], []
-        space = Workspace(q, blocks)
-        for rows, keys in blocks:
-            a = _probs(q, k, bias_table, index, pad, rows, keys, space)
-            w = a if c_table is None else torch.mul(a, _expand(c_table, index[rows, :keys]), out=space.block(a, rows, keys))
-            outs.append(torch.matmul(w.to(v.dtype), v[:, :, :keys]))  # (B, H, R, d)
-            probs.append(a)
+        probs = []
+        out = _forward(q, k, v, bias_table, c_table, index, blocks, pad, probs)
         ctx.blocks = blocks
         ctx.save_for_backward(q, k, v, bias_table, c_table, index, pad, *probs)
-        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)  # (B, H, T, d)
+        return out
 
     @staticmethod
     @once_differentiable
@@ -82,6 +77,20 @@ class CausalDenseAttention(torch.autograd.Function):
         if need_q:
             grad_q = grad_q[0] if len(grad_q) == 1 else torch.cat(grad_q, dim=2)
         return grad_q if need_q else None, grad_k, grad_v, grad_b, grad_c, None, None, None
+
+
+def _forward(q, k, v, bias_table, c_table, index, blocks, pad, probs: Optional[List[Tensor]]) -> Tensor:
+    """The forward over the blocks, (B, H, T, d); each block's ``softmax(S)`` appended to ``probs`` (``None``:
+    none kept, each freed after its block, as a call without gradients wants)."""
+    outs = []
+    space = Workspace(q, blocks)
+    for rows, keys in blocks:
+        a = _probs(q, k, bias_table, index, pad, rows, keys, space)
+        w = a if c_table is None else torch.mul(a, _expand(c_table, index[rows, :keys]), out=space.block(a, rows, keys))
+        outs.append(torch.matmul(w.to(v.dtype), v[:, :, :keys]))  # (B, H, R, d)
+        if probs is not None:
+            probs.append(a)
+    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
 
 class Workspace:
@@ -130,4 +139,6 @@ def causal_dense_attention(q: Tensor, k: Tensor, v: Tensor, bias_table: Optional
     (H, 2T - 1) by distance through ``index`` (T, T) long, or ``None``; ``key_padding_mask`` (B, T) true at pads
     or ``None``. Returns (B, H, T, d) in v's dtype; differentiable w.r.t. q, k, v and both tables."""
     pad = None if key_padding_mask is None else key_padding_mask.to(torch.bool)
+    if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, bias_table, c_table))):
+        return _forward(q, k, v, bias_table, c_table, index, blocks, pad, None)  # no block's softmax kept
     return CausalDenseAttention.apply(q, k, v, bias_table, c_table, index, blocks, pad)

@@ -91,3 +91,31 @@ def test_a_second_derivative_is_refused_not_wrong():
     (grad_q,) = torch.autograd.grad(out.sum(), q, create_graph=True)
     with pytest.raises(RuntimeError):
         grad_q.sum().backward()
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_without_gradients_each_block_is_freed_before_the_next_but_one(grad, monkeypatch):
+    """A call without gradients frees each block's softmax once its block is done (the peak is one block, not
+    every block's, as an evaluation at long lengths needs); with gradients all are kept for backward."""
+    import weakref
+
+    from fairseq_urpe.modules import causal_dense_attention as module
+
+    blocks = [(slice(0, 2), 2), (slice(2, 4), 4), (slice(4, 6), 6), (slice(6, 7), 7)]
+    q, k, v, b, c, index, pad = inputs(7, torch.float64, 4, True, True, True)
+    made, alive_at_call = [], []
+    probs = module._probs
+
+    def recorded(*args):
+        alive_at_call.append(sum(ref() is not None for ref in made))
+        out = probs(*args)
+        made.append(weakref.ref(out))
+        return out
+
+    monkeypatch.setattr(module, "_probs", recorded)
+    with torch.set_grad_enabled(grad):
+        got = causal_dense_attention(q, k, v, b, c, index, blocks, pad)
+    torch.testing.assert_close(got, plain(q, k, v, b, c, index, pad), rtol=1e-12, atol=1e-12)
+    assert (got.grad_fn is None) != grad
+    # at block i the previous block's softmax is still the loop's variable; older ones are gone without gradients
+    assert alive_at_call == ([0, 1, 1, 1] if not grad else [0, 1, 2, 3])
