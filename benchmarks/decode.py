@@ -125,8 +125,9 @@ def main(argv=None):
         if args.interleave == "step":
             for arch, times in decode_interleaved(models, prompt, args.generate).items():
                 runs[arch].append(times)
-        for arch in archs if args.interleave == "round" else []:
-            runs[arch].append(decode(models[arch], prompt, args.generate))
+        else:
+            for arch in archs:
+                runs[arch].append(decode(models[arch], prompt, args.generate))
         print(f"round {r + 1}: generated tokens per wall/CPU second " + " ".join(
             f"{a}={args.batch * args.generate / sum(runs[a][-1][0][args.prompt - 1:]):.1f}/"
             f"{args.batch * args.generate / sum(runs[a][-1][1][args.prompt - 1:]):.1f}" for a in archs), flush=True)

@@ -1,6 +1,8 @@
 """Every benchmark runs end to end in its tiny --smoke mode, so that none can rot; no speed is asserted."""
 
 import json
+import math
+import statistics
 
 import pytest
 
@@ -30,3 +32,27 @@ def test_benchmark_smoke_mode_runs_and_writes_json_with_the_machine(benchmark, t
     archs = result["results"] if benchmark is decode else next(iter(result["results"].values()))
     stock = "transformer_lm" if benchmark is not attention_micro else "stock"
     assert {stock, *ARCHS[1:]} <= set(archs)
+
+
+def test_decoding_with_turns_at_every_step_times_every_step_of_every_model(tmp_path):
+    path = tmp_path / "result.json"
+    decode.main(["--smoke", "--interleave", "step", "--json", str(path), "--archs", *ARCHS[:3]])
+    results = json.loads(path.read_text())["results"]
+    for arch in ARCHS[1:3]:
+        rounds = results[arch]["cpu"]["generate_vs_stock_rounds"]
+        assert len(rounds["ratios"]) == 1 and rounds["low"] is None  # --smoke: one round, no interval
+        assert rounds["geometric_mean"] == rounds["ratios"][0] > 0
+
+
+def test_the_ratio_interval_is_a_t_interval_of_the_log_ratios():
+    got = decode.ratio_interval([0.9, 1.0, 0.8, 0.95], [1.0, 1.0, 1.0, 1.0])
+    logs = [math.log(r) for r in (0.9, 1.0, 0.8, 0.95)]
+    mean = sum(logs) / 4
+    half = 3.182446305284263 * statistics.stdev(logs) / 2  # t(0.975, 3) x s / sqrt(4)
+    assert math.isclose(got["geometric_mean"], math.exp(mean), rel_tol=1e-12)
+    assert math.isclose(got["low"], math.exp(mean - half), rel_tol=1e-9)
+    assert math.isclose(got["high"], math.exp(mean + half), rel_tol=1e-9)
+    from scipy.stats import t
+
+    statistic = (mean - math.log(0.95)) / (statistics.stdev(logs) / 2)
+    assert math.isclose(got["p_vs_0.95"], 2 * t.sf(abs(statistic), 3), rel_tol=1e-9)
