@@ -24,7 +24,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .precision import at_least_float32
-from .reweighted_softmax import _expand, _fold
+from .reweighted_softmax import _expand, _fold, batch_sum, scores_grad_
 
 
 class CausalDenseAttention(torch.autograd.Function):
@@ -62,13 +62,12 @@ class CausalDenseAttention(torch.autograd.Function):
             x = (torch.matmul(g, v_k.transpose(-1, -2)) if dw is None else torch.matmul(g, v_k.transpose(-1, -2), out=dw))
             x = x.to(a.dtype).mul_(a)  # X = dW ⊙ A (B, H, R, K)
             if need_c:
-                grad_c += _fold(_batch_sum(x), index[rows, :keys], c_table.shape)
-            grad_s = x if c is None else x.mul_(c)  # X ⊙ C
-            grad_s.addcmul_(a, grad_s.sum(-1, keepdim=True), value=-1)
+                grad_c += _fold(batch_sum(x), index[rows, :keys], c_table.shape)
+            grad_s = scores_grad_(x, a, c)
             if pad is not None:  # the floor is a constant: no gradient (only a row of pads has weight there)
                 grad_s.masked_fill_(pad[:, None, None, :keys], 0)
             if need_b:
-                grad_b += _fold(_batch_sum(grad_s), index[rows, :keys], bias_table.shape)
+                grad_b += _fold(batch_sum(grad_s), index[rows, :keys], bias_table.shape)
             grad_s = grad_s.to(q.dtype)
             if need_q:
                 grad_q.append(torch.matmul(grad_s, k_k))  # (B, H, R, d)
@@ -109,11 +108,6 @@ class Workspace:
             return None
         shape = (like.size(0), like.size(1), rows.stop - rows.start, keys)
         return self.buffer[: shape[0] * shape[1] * shape[2] * shape[3]].view(shape)
-
-
-def _batch_sum(x: Tensor) -> Tensor:
-    """``x`` (B, ...) summed over the batch; one example: a view (``sum(0)`` would copy it into fresh memory)."""
-    return x[0] if x.size(0) == 1 else x.sum(0)
 
 
 def _probs(q: Tensor, k: Tensor, bias_table: Optional[Tensor], index: Tensor, pad: Optional[Tensor], rows: slice,

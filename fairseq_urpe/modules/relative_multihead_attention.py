@@ -133,6 +133,9 @@ class RelativeMultiheadAttention(MultiheadAttention):
         def split_heads(x: Tensor) -> Tensor:
             return x.view(tgt_len, bsz, heads, head_dim).permute(1, 2, 0, 3)  # (B, H, T, d)
 
+        def project(out: Tensor) -> Tensor:  # (B, H, T, d) -> out_proj of the heads side by side, (T, B, E)
+            return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim))
+
         v = split_heads(self.v_proj(query))
         q = k = None
         if self.dot_product:
@@ -178,7 +181,7 @@ class RelativeMultiheadAttention(MultiheadAttention):
         if backend is not None:
             out = backend.run(q, k, v, *kernel_tables, key_padding_mask, dropout_p=dropout_p)
             if out is not None:  # None: auto, and this launch signature failed its first launch (dense below)
-                return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None  # out (B, H, T, d)
+                return project(out), None
 
         # Under the future mask, blocks of query rows each against the keys they see (causal_blocks); the
         # weights, a decoding step and other masks: one block of every row and key.
@@ -188,11 +191,11 @@ class RelativeMultiheadAttention(MultiheadAttention):
             if self.dot_product and not dropout_active and tables.pair_bias is None:  # training's common case
                 out = causal_dense_attention(q, k, v, tables.bias, tables.reweight, tables.index, blocks,
                                              key_padding_mask)  # (B, H, T, d)
-                return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None
+                return project(out), None
         outs = [self.dense_block(q, k, v, tables, key_padding_mask, attn_mask, rows, keys, need_weights, dropout_active)
                 for rows, keys in blocks]
         out, weights = outs[0] if len(outs) == 1 else (torch.cat([o for o, _ in outs], dim=2), None)  # (B, H, T, d)
-        out = self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim))  # (T, B, E)
+        out = project(out)  # (T, B, E)
 
         if not need_weights:
             return out, None

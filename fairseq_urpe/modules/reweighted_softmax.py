@@ -15,6 +15,8 @@ Both go over blocks of query rows, so C, the recomputed W and dW exist a block a
 saved softmax(S), backward's only (B, H, T, S) tensor is dS, the gradient it returns.
 """
 
+from typing import Optional
+
 import torch
 
 
@@ -30,6 +32,19 @@ def _fold(grad: torch.Tensor, index: torch.Tensor, table_shape) -> torch.Tensor:
         return out.index_put_((torch.arange(table_shape[0], device=grad.device)[:, None], index.reshape(1, -1)),
                               flat, accumulate=True)
     return out.index_add_(1, index.reshape(-1), flat)
+
+
+def batch_sum(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (B, ...) summed over the batch; one example: a view (``sum(0)`` would copy it into fresh memory)."""
+    return x[0] if x.size(0) == 1 else x.sum(0)
+
+
+def scores_grad_(x: torch.Tensor, probs: torch.Tensor, c: Optional[torch.Tensor]) -> torch.Tensor:
+    """In place on ``x = dW ⊙ A``: ``dS = X ⊙ C - A rowsum(X ⊙ C)`` (``C = None``: ``X - A rowsum(X)``, softmax's
+    backward), the gradient of the scores of ``W = softmax(S) ⊙ C``; ``probs``: A, broadcastable to ``x``."""
+    if c is not None:
+        x.mul_(c)
+    return x.addcmul_(probs, x.sum(-1, keepdim=True), value=-1)
 
 
 class ExpandByDistance(torch.autograd.Function):
@@ -100,10 +115,9 @@ class SoftmaxReweightValues(torch.autograd.Function):
             grad_weights = torch.matmul(g, v.transpose(-1, -2)).to(probs.dtype)  # dW: (B, H, rows, S)
             x = grad_weights.mul_(a) if grad_scores is None else torch.mul(grad_weights, a, out=grad_scores[:, :, rows])
             if grad_c_table is not None:
-                grad_c_table += _fold(x.sum(0), index[rows], c_table.shape)
+                grad_c_table += _fold(batch_sum(x), index[rows], c_table.shape)
             if ctx.needs_input_grad[0]:
-                x.mul_(c)
-                x.addcmul_(a, x.sum(-1, keepdim=True), value=-1)
+                scores_grad_(x, a, c)
                 if grad_scores is None:
                     grad_scores = x
         return grad_scores, grad_c_table, None, grad_v
