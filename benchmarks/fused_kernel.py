@@ -66,11 +66,12 @@ _ELEMENT = {"bf16": ("bf16", "ieee"), "fp16": ("fp16", "ieee"), "fp32": ("fp32",
 
 def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 64, blocks=None, report=True,
                     dropout: bool = False, kernel=None, only=("forward", "dkdv", "dq"), tables=(True, True),
-                    padding: bool = True, tail: bool = True):
+                    padding: bool = True, tail: bool = True, deterministic: bool = False):
     """Compile forward, dK/dV and dQ kernels (``only``; "delta" adds the delta kernel) for
     ``sm_<capability>`` without a GPU (by default all tables and padding on) with the tiles the kernel
     chooses for that architecture. ``tail``: the tables are constant from some distance on (as T5's), so
     that without padding the far share applies; ``False``: they reach T (as ALiBi's), no far share.
+    ``deterministic``: the backward without atomics (no far share; dQ's table gradients as partial rows).
 
     ``dtype``: bf16, fp16, fp32 (full-precision products) or fp32-tf32. Returns per kernel a dict: tiles,
     registers and spilled bytes (``None`` where ptxas could not be asked), shared memory, and from the PTX
@@ -96,13 +97,14 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
                   D=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)), PRECISION=precision, ACC=tl.float32,
                   EXP2=True)
     # The forward's far share where a long sequence would use it, and the backward's far-tile constexprs
-    far_share = tail and tiles.far_share_fits(cfg, any(tables), padding)
+    far_share = tail and not deterministic and tiles.far_share_fits(cfg, any(tables), padding)
     far_consts = tiles.far_flags(cfg, far_share)
     far_dq = far_consts["dq"].get("FAR_DQ", False)
     jobs = {
         "forward": (kernel.forward_kernel, cfg["forward"], dict(FAR_SUMS=far_share)),
         "dkdv": (kernel.dkdv_kernel, cfg["dkdv"], dict(**far_consts["dkdv"])),
-        "dq": (kernel.dq_kernel, cfg["dq"], dict(BIAS_GRAD=tables[0], C_GRAD=tables[1], **far_consts["dq"])),
+        "dq": (kernel.dq_kernel, tiles.dq_tile(cfg, deterministic),
+               dict(BIAS_GRAD=tables[0], C_GRAD=tables[1], PARTIALS=deterministic, **far_consts["dq"])),
         # delta = rowsum(dO ⊙ O) (no loop), and with the far share the far tiles' table gradients
         "delta": (kernel.delta_kernel, (64, 1, 4, 1), dict(BLOCK=64, FAR_SUMS=far_share, BIAS_GRAD=tables[0] and far_share,
                                                              C_GRAD=tables[1] and far_share)),
@@ -386,6 +388,7 @@ def check_and_time(args):
         f"flash_standin_dropout_{p}": lambda: flash_standin.flash_standin_attention(q, k, v, p),
         "fused_lm_tables": lambda: fused(q, k, v, b_lm, c_lm, blocks=blocks),
         f"fused_lm_tables_dropout_{p}": lambda: fused(q, k, v, b_lm, c_lm, dropout_p=p, blocks=blocks),
+        "fused_lm_tables_deterministic": lambda: fused(q, k, v, b_lm, c_lm, blocks=blocks, deterministic=True),
         "fused_bias_and_toeplitz": lambda: fused(q, k, v, b, c, blocks=blocks),
         "fused_no_tables": lambda: fused(q, k, v, blocks=blocks),
         "dense_reference": lambda: reference.causal_urpe_attention_reference(q, k, v, b, c),

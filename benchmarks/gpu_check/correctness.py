@@ -41,6 +41,22 @@ def correctness(record: Record, args) -> None:
                 run_case(record, "kernel vs reference: " + name, check)
         finally:
             torch.backends.cuda.matmul.allow_tf32 = allowed
+    # The deterministic backward (torch.use_deterministic_algorithms): against the reference, and two runs
+    # bit for bit (the default backward's two runs are recorded beside it; its atomics may differ).
+    det_configs = [(torch.bfloat16, 64, False), (torch.bfloat16, 128, True)] if GPU else [(torch.float64, 16, True)]
+    for dtype, d, dropout in cases(record, det_configs):
+        kc = KernelConfig(DEVICE, dtype, d, True, True, True, dropout, deterministic=True)
+        length = lengths[-1]
+
+        def check(kc=kc, length=length):
+            errors = kernel_errors(kc, length)
+            accepted = tolerance(kc)
+            return {"ok": all(e <= accepted for e in errors.values()), "accepted": accepted,
+                    "worst": max(errors.values()), "errors": errors}
+
+        run_case(record, "kernel vs reference: " + kc.describe() + f", T={length}", check)
+        run_case(record, f"deterministic backward, two runs bit for bit: {kc.describe()}, no padding, T={length}",
+                 lambda dtype=dtype, d=d, dropout=dropout, length=length: repeat_bitwise(dtype, d, dropout, length))
     module_configs = [(torch.bfloat16, 512, 8), (torch.bfloat16, 1024, 8), (torch.float16, 512, 8)] if GPU \
         else [(torch.float64, 32, 2)]
     for dtype, embed, heads in cases(record, module_configs):
@@ -77,3 +93,35 @@ def module_fused_vs_dense(dtype, embed, heads, length):
     accepted = TOLERANCE[dtype]
     return {"ok": all(e <= accepted for e in errors.values()), "accepted": accepted, "worst": max(errors.values()),
             "errors": errors}
+
+
+def repeat_bitwise(dtype, head_dim, dropout, length, batch=2, heads=4):
+    """Two forward + backward runs of the kernel on the same inputs (tables shorter than T: far tiles; one
+    dropout seed), deterministic and default: which outputs and gradients differ between the two runs."""
+    from fairseq_urpe.kernels.fused_urpe_attention import fused_causal_urpe_attention
+
+    generator = torch.Generator().manual_seed(0)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator).to(DEVICE, dtype)
+
+    q, k, v = (randn(batch, heads, length, head_dim) for _ in range(3))
+    wide = torch.promote_types(dtype, torch.float32)
+    bias = torch.randn(heads, max(1, length // 4), generator=generator).to(DEVICE, wide)
+    c = (torch.randn(heads, max(1, length // 5), generator=generator).abs() + 0.5).to(DEVICE, wide)
+    upstream = randn(batch, heads, length, head_dim)
+    seed = torch.tensor([7], dtype=torch.int64, device=DEVICE)
+    names = ("output", "q", "k", "v", "bias table", "Toeplitz table")
+    differing = {}
+    for deterministic in (True, False):
+        runs = []
+        for _ in range(2):
+            leaves = [x.detach().clone().requires_grad_() for x in (q, k, v, bias, c)]
+            out = fused_causal_urpe_attention(*leaves, None, scale=1.0 / head_dim ** 0.5,
+                                              dropout_p=0.1 if dropout else 0.0, dropout_seed=seed,
+                                              deterministic=deterministic)
+            runs.append([out.detach()] + list(torch.autograd.grad(out, leaves, upstream)))
+        differing["deterministic" if deterministic else "default"] = [
+            name for name, a, b in zip(names, *runs) if not torch.equal(a, b)]
+    return {"ok": not differing["deterministic"], "differing": differing}
+

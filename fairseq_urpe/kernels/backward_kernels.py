@@ -12,15 +12,20 @@ from .score_tiles import (DIAGONAL_STAGE, FAR_STAGE, NEAR_STAGE, PAD_SCORE, c_ti
 
 
 @triton.jit
-def add_diagonal_sums(x, GRAD, base, LAST, A: tl.constexpr, B: tl.constexpr, SIGN: tl.constexpr, factor=1.0):
+def add_diagonal_sums(x, GRAD, base, LAST, A: tl.constexpr, B: tl.constexpr, SIGN: tl.constexpr, factor=1.0,
+                      PARTIALS: tl.constexpr = False):
     """GRAD[min(k, LAST)] += ``factor`` times the sum of the (A, B) tile ``x`` along each diagonal: entry (a, b) is at
     distance ``k = base + SIGN * (a - b)``; only the A + B - 1 diagonals the tile holds, and only ``k >= 0``
     (distances past the table's last entry read that entry, so their sums go there).
 
+    ``PARTIALS`` (``SIGN`` 1; the deterministic backward): no atomics; ``GRAD`` is this program's block of partial
+    rows of ``2 L`` entries, ``L = max(A, B)``, and the tile's sums are stored in row ``(base + L) / min(A, B)``:
+    entry ``t`` holds distance ``base - L + t`` (``fold_partial_rows`` adds the rows up in a fixed order).
+
     One gather shears the tile cyclically along its longer side L so that every diagonal lies in one
     line: with A >= B, entry (v, c) takes x[(c + v) mod L, c], on local diagonal v (where c + v < L)
     or v - L (where it wrapped); the transposed rule otherwise. Two masked sums then give 2 L diagonal
-    sums, added to GRAD by relaxed atomics. The sheared tile is the size of the tile.
+    sums, added to GRAD by relaxed atomics (stored, with ``PARTIALS``). The sheared tile is the size of the tile.
     """
     if A >= B:
         v = tl.arange(0, A)[:, None]
@@ -41,10 +46,16 @@ def add_diagonal_sums(x, GRAD, base, LAST, A: tl.constexpr, B: tl.constexpr, SIG
     here = here * factor
     back = back * factor
     local = tl.arange(0, L)
-    k = base + SIGN * local
-    tl.atomic_add(GRAD + tl.minimum(k, LAST), here, mask=(local < A) & (k >= 0), sem="relaxed")
-    k = base + SIGN * (local - L)
-    tl.atomic_add(GRAD + tl.minimum(k, LAST), back, mask=(local > L - B) & (k >= 0), sem="relaxed")
+    if PARTIALS:  # each (program, row) is written by this tile alone: plain stores
+        tl.static_assert(SIGN == 1, "partial rows hold dQ's tiles (SIGN 1)")
+        # entry (t, 0): back[t], distance base - L + t (0 where the tile has no such diagonal); (t, 1): here[t]
+        row = GRAD + ((base + L) // min(A, B)) * (2 * L)
+        tl.store(row + local[:, None] + L * tl.arange(0, 2)[None, :], tl.join(back, here))
+    else:
+        k = base + SIGN * local
+        tl.atomic_add(GRAD + tl.minimum(k, LAST), here, mask=(local < A) & (k >= 0), sem="relaxed")
+        k = base + SIGN * (local - L)
+        tl.atomic_add(GRAD + tl.minimum(k, LAST), back, mask=(local > L - B) & (k >= 0), sem="relaxed")
 
 
 @triton.jit
@@ -201,12 +212,13 @@ def dq_tiles(
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr, FAR_SUMS: tl.constexpr, STAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLICE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
-    EXP2: tl.constexpr,
+    EXP2: tl.constexpr, PARTIALS: tl.constexpr,
 ):
     """The key tiles of one ``STAGE`` of dQ (:mod:`.score_tiles`; far: ``first_far .. far``, near:
     ``far .. below``, on the diagonal: ``below ..``) and, when asked, of the table gradients: diagonal sums
     on near tiles; far tiles add theirs to the running ``db_far``, ``dc_far``, except with the far share
-    (``FAR_SUMS``: the delta kernel adds them). Returns the running ``dq``, ``db_far``, ``dc_far``."""
+    (``FAR_SUMS``: the delta kernel adds them). With ``PARTIALS``, ``D_BIAS_TABLE`` and ``D_C_TABLE`` are this
+    program's partial rows (``add_diagonal_sums``). Returns the running ``dq``, ``db_far``, ``dc_far``."""
     FAR_TILE: tl.constexpr = STAGE == FAR_STAGE
     TILE_BIAS_GRAD: tl.constexpr = BIAS_GRAD and not (FAR_TILE and FAR_SUMS)
     TILE_C_GRAD: tl.constexpr = C_GRAD and not (FAR_TILE and FAR_SUMS)
@@ -232,13 +244,13 @@ def dq_tiles(
             if FAR_TILE:
                 db_far += tl.sum(ds)
             else:
-                add_diagonal_sums(ds, D_BIAS_TABLE, start_m - start_n, LAST_B, BLOCK_M, BLOCK_N, 1)
+                add_diagonal_sums(ds, D_BIAS_TABLE, start_m - start_n, LAST_B, BLOCK_M, BLOCK_N, 1, 1.0, PARTIALS)
         if TILE_C_GRAD:
             if FAR_TILE:
                 dc_far += tl.sum(dw * p)
             else:
                 add_diagonal_sums(dw * p, D_C_TABLE, start_m - start_n, LAST_C, BLOCK_M, BLOCK_N, 1,
-                                   z_scale(keep_scale, HAS_DROPOUT))
+                                   z_scale(keep_scale, HAS_DROPOUT), PARTIALS)
     return dq, db_far, dc_far
 
 
@@ -250,12 +262,12 @@ def dq_kernel(
     stride_vb, stride_vh, stride_vt, stride_vd,
     stride_dob, stride_doh, stride_dot, stride_dod,
     stride_bias_table_h, stride_c_table_h, stride_pad_b,
-    H, T, LAST_B, LAST_C, FAR, qk_scale, log2e, keep_threshold, keep_scale,
+    H, T, LAST_B, LAST_C, FAR, qk_scale, log2e, keep_threshold, keep_scale, PARTIAL_ROWS,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
     BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr, FAR_SUMS: tl.constexpr, FAR_DQ: tl.constexpr,
     FAR_M: tl.constexpr, FAR_N: tl.constexpr, DQ_FAR_N: tl.constexpr,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    PRECISION: tl.constexpr, ACC: tl.constexpr, EXP2: tl.constexpr,
+    PRECISION: tl.constexpr, ACC: tl.constexpr, EXP2: tl.constexpr, PARTIALS: tl.constexpr,
 ):
     """One program: dQ for BLOCK_M queries of one (batch, head), the last (most keys) first; dQ is laid
     out like Q.
@@ -263,7 +275,11 @@ def dq_kernel(
     ``FAR_SUMS``: the far tiles are the forward's (its tiles ``FAR_M`` x ``FAR_N``, multiples of these),
     and their table gradients come from the delta kernel, so they add none here. ``FAR_DQ``: the dK/dV
     kernel has added the dQ of the far tiles on the grid ``FAR_M x DQ_FAR_N`` to ``FarDQ``; this kernel
-    runs the forward's other far tiles and adds ``FarDQ``'s rows."""
+    runs the forward's other far tiles and adds ``FarDQ``'s rows.
+
+    ``PARTIALS`` (the deterministic backward; no ``FAR_SUMS``): no atomics; ``D_BIAS_TABLE`` and ``D_C_TABLE``
+    are ``(B * H, programs, PARTIAL_ROWS, 2 max(BLOCK_M, BLOCK_N))`` zeros: this program's near tiles store
+    their diagonal sums in its rows (``add_diagonal_sums``), its far tiles' sum goes to entry 0 of its last row."""
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
     bh, b, h = program_head(H)
     seed = load_seed(SEED, HAS_DROPOUT)
@@ -279,9 +295,15 @@ def dq_kernel(
     PAD += b * stride_pad_b
     BIAS_TABLE += h * stride_bias_table_h
     C_TABLE += h * stride_c_table_h
-    D_BIAS_TABLE += h * stride_bias_table_h
-    D_C_TABLE += h * stride_c_table_h
     SLICE: tl.constexpr = 2 * max(BLOCK_M, BLOCK_N)
+    if PARTIALS:  # this program's rows
+        tl.static_assert(not FAR_SUMS, "the far share adds its table gradients by atomics")
+        block = (tl.cast(bh, tl.int64) * tl.num_programs(0) + start_m // BLOCK_M) * PARTIAL_ROWS * SLICE
+        D_BIAS_TABLE += block
+        D_C_TABLE += block
+    else:
+        D_BIAS_TABLE += h * stride_bias_table_h
+        D_C_TABLE += h * stride_c_table_h
     b_far, c_far = far_values(BIAS_TABLE, C_TABLE, LAST_B, LAST_C, log2e, HAS_BIAS, HAS_C, ACC)
     c_far = c_far * z_scale(keep_scale, HAS_DROPOUT)  # C ⊙ keep_scale of far tiles (dropout)
     db_far = tl.zeros([1, 1], ACC)  # the far tiles' gradients of b[LAST_B], c[LAST_C]
@@ -295,21 +317,28 @@ def dq_kernel(
         dq, db_far, dc_far, q, do, m, l, delta, K, V, BIAS_TABLE, C_TABLE, PAD, D_BIAS_TABLE, D_C_TABLE, seed, rows,
         offs_n, dims, start_m, first_far, far, below, bh, stride_kt, stride_kd, stride_vt, stride_vd, T, LAST_B,
         LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT,
-        BIAS_GRAD, C_GRAD, FAR_SUMS, FAR_STAGE, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
+        BIAS_GRAD, C_GRAD, FAR_SUMS, FAR_STAGE, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2, PARTIALS)
     dq, db_far, dc_far = dq_tiles(
         dq, db_far, dc_far, q, do, m, l, delta, K, V, BIAS_TABLE, C_TABLE, PAD, D_BIAS_TABLE, D_C_TABLE, seed, rows,
         offs_n, dims, start_m, first_far, far, below, bh, stride_kt, stride_kd, stride_vt, stride_vd, T, LAST_B,
         LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT,
-        BIAS_GRAD, C_GRAD, FAR_SUMS, NEAR_STAGE, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
+        BIAS_GRAD, C_GRAD, FAR_SUMS, NEAR_STAGE, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2, PARTIALS)
     dq, db_far, dc_far = dq_tiles(
         dq, db_far, dc_far, q, do, m, l, delta, K, V, BIAS_TABLE, C_TABLE, PAD, D_BIAS_TABLE, D_C_TABLE, seed, rows,
         offs_n, dims, start_m, first_far, far, below, bh, stride_kt, stride_kd, stride_vt, stride_vd, T, LAST_B,
         LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT,
-        BIAS_GRAD, C_GRAD, FAR_SUMS, DIAGONAL_STAGE, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
-    if BIAS_GRAD and not FAR_SUMS:
-        add_far_sum(D_BIAS_TABLE, LAST_B, db_far)
-    if C_GRAD and not FAR_SUMS:
-        add_far_sum(D_C_TABLE, LAST_C, dc_far * z_scale(keep_scale, HAS_DROPOUT))
+        BIAS_GRAD, C_GRAD, FAR_SUMS, DIAGONAL_STAGE, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2, PARTIALS)
+    if PARTIALS:  # entry 0 of the last row
+        far_entry = (PARTIAL_ROWS - 1) * SLICE + tl.arange(0, 1)
+        if BIAS_GRAD:
+            tl.store(D_BIAS_TABLE + far_entry, tl.reshape(db_far, [1]))
+        if C_GRAD:
+            tl.store(D_C_TABLE + far_entry, tl.reshape(dc_far * z_scale(keep_scale, HAS_DROPOUT), [1]))
+    else:
+        if BIAS_GRAD and not FAR_SUMS:
+            add_far_sum(D_BIAS_TABLE, LAST_B, db_far)
+        if C_GRAD and not FAR_SUMS:
+            add_far_sum(D_C_TABLE, LAST_C, dc_far * z_scale(keep_scale, HAS_DROPOUT))
     if FAR_DQ:
         dq += tl.load(FarDQ + (stats + first_row) * D + offs_m[:, None] * D + dims[None, :], mask=row_mask,
                       other=0.0)

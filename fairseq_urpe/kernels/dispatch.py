@@ -61,7 +61,6 @@ Imports only torch; triton is imported the first time the kernel is used.
 import logging
 import os
 import re
-import warnings
 from collections import OrderedDict
 from typing import Dict, NamedTuple, Optional, Tuple
 
@@ -83,7 +82,7 @@ TESTED_TRITON = ("3.7.1", "3.9.0")
 # The fused kernel's backends of this process, one per (impl, configuration): the self-check's verdict and
 # the first launches of each launch signature (FusedBackend). The only record of decisions.
 _BACKENDS: Dict[Tuple[str, KernelConfig], "FusedBackend"] = {}
-# Lines this process has logged or warned (log_once, _warn_nondeterministic_once): each is said once.
+# Lines this process has logged (log_once): each is said once.
 _LOGGED = set()
 
 
@@ -103,20 +102,6 @@ def log_path(fused, why: str) -> bool:
     return fused
 
 
-NONDETERMINISTIC = ("the fused attention kernel adds gradients (dQ's far tiles, the tables') by float32 atomics, "
-                    "in no fixed order: its backward is not deterministic, although "
-                    "torch.use_deterministic_algorithms(True, warn_only=True) is on")
-
-
-def _warn_nondeterministic_once() -> None:
-    """With ``torch.use_deterministic_algorithms(True, warn_only=True)``, a ``UserWarning`` the first time
-    in the process that the fused path runs (torch's own rule for its nondeterministic ops, said once)."""
-    warn_only = torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
-    if warn_only and NONDETERMINISTIC not in _LOGGED:
-        _LOGGED.add(NONDETERMINISTIC)
-        warnings.warn(NONDETERMINISTIC, UserWarning, stacklevel=3)
-
-
 def call_config(x: torch.Tensor, dropout_p: float, tables=(None, None), padding: bool = False) -> KernelConfig:
     """The configuration of a call (:class:`KernelConfig`): ``x`` its ``v`` ``(B, H, T, d)``; ``tables`` its
     ``(bias_table, c_table)`` (or ``None``); whether a backward will run (grad mode on and an input needing
@@ -126,7 +111,8 @@ def call_config(x: torch.Tensor, dropout_p: float, tables=(None, None), padding:
     tf32 = x.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32  # the kernel reads the flag per call
     return KernelConfig(str(x.device), x.dtype, x.size(-1), bias is not None, c is not None, bool(padding),
                         dropout_p > 0, tf32, backward, backward and bias is not None and bias.requires_grad,
-                        backward and c is not None and c.requires_grad)
+                        backward and c is not None and c.requires_grad,
+                        backward and torch.are_deterministic_algorithms_enabled())
 
 
 def attention_backend(
@@ -219,7 +205,6 @@ class StaticDispatch:
         backend = fused_backend(impl, config)
         if backend is None:
             return _dense(f"the fused kernel failed its self-check on {config.describe()}")
-        _warn_nondeterministic_once()
         if dropout_p > 0:  # the rate the kernel runs, once per rate (dropout_rate)
             log_once(f"fused attention: {dropout_rate.describe(dropout_p)}")
         log_path(True, config.describe())
@@ -425,9 +410,6 @@ def _why_not_fused(x: torch.Tensor, dropout_p: float, dot_product: bool, forced:
         static = FusedStatic.of(x.device, x.dtype, x.size(-1), dot_product, forced)
     if static.dot_product is not None:
         return static.dot_product
-    if torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled():
-        return ("torch.use_deterministic_algorithms(True) is on, and the kernel adds gradients (dQ's far "
-                "tiles, the tables') by atomics, in no fixed order")
     if static.head_dim is not None:
         return static.head_dim
     if x.size(0) * x.size(1) > 65535:
@@ -510,7 +492,8 @@ def launch_key(q, k, v, bias_table=None, c_table=None, key_padding_mask=None, dr
     last = [min(t.size(1), q.size(2)) - 1 for t in (bias_table, c_table) if t is not None]
     integers += last + [max(last) if last else q.size(2)]  # LAST_B, LAST_C, FAR (the kernel's table_reach)
     pointers = [x.data_ptr() % 16 == 0 for x in (q, k, v)]
-    variant = launch_variant(q, bias_table, c_table, key_padding_mask, config.bias_grad or config.c_grad)
+    variant = launch_variant(q, bias_table, c_table, key_padding_mask, config.bias_grad or config.c_grad,
+                             deterministic=config.deterministic)
     return config, tuple(map(_specialisation, integers)), tuple(pointers), variant
 
 

@@ -21,7 +21,9 @@ program; without key padding the forward instead stores the far tiles' share of 
 (``far_share_applies``), and where the tiles say so (``far_dq_fits``) the dK/dV kernel, which computes
 dS on its far tiles anyway, adds their ``dS K`` to dQ by float32 atomics, as FlashAttention-2's backward
 adds all of dQ, so the dQ kernel skips them. The other (*near*) tiles read their slice of each table with
-one gather, and add per-diagonal sums. Padded keys
+one gather, and add per-diagonal sums. The deterministic backward (``deterministic``) adds nothing by
+atomics: no far share, no far dQ in dK/dV, and the dQ kernel stores its table gradients as partial rows,
+summed in torch in a fixed order (``fold_partial_rows``). Padded keys
 follow the dense attention in ``fairseq_urpe/modules/relative_multihead_attention.py``: their score is the most negative
 finite float32 rather than -inf, so a query whose visible keys are all padding averages them uniformly
 and stays finite, and no gradient flows into their scores. Attention dropout follows it too: applied to
@@ -56,8 +58,8 @@ from .dropout_rate import dropout_keep
 from .forward_kernel import forward_kernel
 from .reference import check_inputs
 from .score_tiles import dropout_mask_kernel
-from .tiles import (MAX_HEAD_DIM, MAX_TILE, block_d, blocks_for, far_flags, far_share_fits, precision, table_reach,
-                    tile, uses_far_share)
+from .tiles import (MAX_HEAD_DIM, MAX_TILE, block_d, blocks_for, dq_tile, far_flags, far_share_fits, partial_rows,
+                    precision, table_reach, tile, uses_far_share)
 
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x log2(e))
 
@@ -88,11 +90,13 @@ class FarShare(NamedTuple):
         return FarShare(out, torch.empty_like(row_max), torch.empty_like(row_max))
 
 
-def launch_variant(q, bias_table=None, c_table=None, key_padding_mask=None, tables_learn=False, blocks=None) -> tuple:
+def launch_variant(q, bias_table=None, c_table=None, key_padding_mask=None, tables_learn=False, blocks=None,
+                   deterministic=False) -> tuple:
     """The constexprs that the call's sizes (not its configuration) select: the forward's ``FAR_SUMS``
     and the backward's far-tile constexprs (:func:`far_flags`), as the launches of this call pass them."""
     cfg = blocks_for(q.device, q.size(3), q.dtype, blocks)
-    far_share = uses_far_share(cfg, q.size(2), bias_table, c_table, key_padding_mask, tables_learn)
+    far_share = not deterministic and uses_far_share(cfg, q.size(2), bias_table, c_table, key_padding_mask,
+                                                     tables_learn)
     flags = far_flags(cfg, far_share)
     return (("forward", far_share), *((name, tuple(sorted(flags[name].items()))) for name in ("dkdv", "dq")))
 
@@ -148,7 +152,8 @@ def launch_delta(out, grad_out, delta, far: Optional[FarShare] = None, row_max=N
 
 def launch_backward(q, k, v, bias_table, c_table, pad, grad_out, row_max, row_sum, delta, dq, dk, dv, d_bias_table,
                     d_c_table, scale: float, cfg: dict, dropout_p: float = 0.0, seed: Optional[torch.Tensor] = None,
-                    far: Optional[FarShare] = None, far_dq_sum: Optional[torch.Tensor] = None) -> None:
+                    far: Optional[FarShare] = None, far_dq_sum: Optional[torch.Tensor] = None,
+                    deterministic: bool = False) -> None:
     """Run the two backward kernels: ``dq``, ``dk``, ``dv`` (laid out like q, k, v), and add the table
     gradients (in the dQ kernel) into ``d_bias_table``, ``d_c_table`` (zeroed, laid out like ``bias_table``,
     ``c_table``; ``None``: not wanted).
@@ -158,6 +163,10 @@ def launch_backward(q, k, v, bias_table, c_table, pad, grad_out, row_max, row_su
     near tiles'; and where :func:`~.tiles.far_dq_fits`, the dK/dV kernel adds the far tiles' dQ (on
     :func:`~.tiles.far_dq_grid`) to ``far_dq_sum``, a zeroed ``(B * H, T, d)`` tensor in the accumulator's dtype
     (allocated here if not given), which the dQ kernel reads instead of running those tiles.
+
+    ``deterministic`` (no ``far``): no atomics anywhere; the dQ kernel stores its table gradients as partial rows
+    per program, which :func:`fold_partial_rows` adds into ``d_bias_table``, ``d_c_table`` in a fixed order, so
+    every gradient is the same bit for bit from run to run.
     """
     batch, heads, length, head_dim = q.shape
     acc_tl, _ = _accumulator(q.dtype)
@@ -178,6 +187,8 @@ def launch_backward(q, k, v, bias_table, c_table, pad, grad_out, row_max, row_su
               row_max, row_sum, delta)
     if far is not None and not far_share_fits(cfg, bias_table is not None or c_table is not None, pad is not None):
         raise ValueError("far: the forward's far share gives wrong table gradients here (far_share_fits)")
+    if deterministic and far is not None:
+        raise ValueError("deterministic: the far share adds its table gradients by atomics; pass far=None")
     far_consts = far_flags(cfg, far is not None)
     far_dq = far_consts["dq"]["FAR_DQ"]
     if far_dq and far_dq_sum is None:
@@ -188,12 +199,46 @@ def launch_backward(q, k, v, bias_table, c_table, pad, grad_out, row_max, row_su
         *inputs, dk, dv, far_dq_sum, *common,
         BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, **far_consts["dkdv"], **flags,
     )
-    block_m, block_n, warps, stages = tile(cfg, "dq")
-    dq_kernel[(triton.cdiv(length, block_m), batch * heads)](
-        *inputs, dq, _or(d_bias_table, dummy), _or(d_c_table, dummy), far_dq_sum, *common,
+    partials = deterministic and (d_bias_table is not None or d_c_table is not None)
+    block_m, block_n, warps, stages = dq_tile(cfg, partials)
+    programs = triton.cdiv(length, block_m)
+    rows = partial_rows(cfg, length, table_reach(length, bias_table, c_table)[2],
+                        (far_consts["dq"]["FAR_M"], far_consts["dq"]["FAR_N"])) if partials else 1
+    grads = [(g, torch.zeros(batch * heads, programs, rows, 2 * max(block_m, block_n), device=q.device,
+                             dtype=row_max.dtype) if partials else g) if g is not None else (None, None)
+             for g in (d_bias_table, d_c_table)]
+    dq_kernel[(programs, batch * heads)](
+        *inputs, dq, _or(grads[0][1], dummy), _or(grads[1][1], dummy), far_dq_sum, *common, PARTIAL_ROWS=rows,
         BIAS_GRAD=d_bias_table is not None, C_GRAD=d_c_table is not None, BLOCK_M=block_m, BLOCK_N=block_n,
-        num_warps=warps, num_stages=stages, **far_consts["dq"], **flags,
+        num_warps=warps, num_stages=stages, PARTIALS=partials, **far_consts["dq"], **flags,
     )
+    if partials:
+        for grad, partial in grads:
+            if grad is not None:
+                last = min(grad.size(1), length) - 1
+                grad[:, :last + 1] += fold_partial_rows(partial, heads, last, block_m, block_n)
+
+
+def fold_partial_rows(partial: torch.Tensor, heads: int, last: int, block_m: int, block_n: int) -> torch.Tensor:
+    """``(H, last + 1)``: a table's gradient from the dQ kernel's partial rows ``(B * H, programs, rows, 2 L)``
+    (``L``, ``g`` the larger and the smaller of ``block_m``, ``block_n``; row ``j < rows - 1`` holds distances
+    ``j g - 2 L + t`` at entry ``t``, the last row the far tiles' sum at entry 0), in a fixed order: summed over
+    the batch and the programs, each row added at its offset (``2 L / g`` shifted sums), distances past ``last``
+    and the far sums into entry ``last``, negative distances dropped."""
+    big, g = max(block_m, block_n), min(block_m, block_n)
+    batch = partial.size(0) // heads
+    rows = partial.view(batch, heads, *partial.shape[1:]).sum((0, 2))  # (H, rows, 2 L)
+    near, far = rows[:, :-1], rows[:, -1, 0]
+    count, shifts = near.size(1), 2 * big // g
+    dense = near.new_zeros(heads, count + shifts, g)  # entry (a, b): distance a g + b - 2 L
+    for shift in range(shifts):
+        dense[:, shift:shift + count] += near[:, :, shift * g:(shift + 1) * g]
+    by_distance = dense.view(heads, -1)[:, 2 * big:]  # distances 0, 1, ...
+    out = near.new_zeros(heads, last + 1)
+    kept = min(last, by_distance.size(1))
+    out[:, :kept] = by_distance[:, :kept]
+    out[:, last] += by_distance[:, last:].sum(1) + far
+    return out
 
 
 def _or(x, default):
@@ -250,7 +295,7 @@ class FusedCausalURPEAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, bias_table, c_table, key_padding_mask, scale, dropout_p, seed, blocks,
-                tables_learn):
+                tables_learn, deterministic):
         batch, heads, length, head_dim = q.shape
         _, acc_torch = _accumulator(q.dtype)
         cfg = blocks_for(q.device, head_dim, q.dtype, blocks)
@@ -260,11 +305,12 @@ class FusedCausalURPEAttention(torch.autograd.Function):
         out = _like(q)
         row_max = torch.empty(batch * heads, length, device=q.device, dtype=acc_torch)
         row_sum = torch.empty_like(row_max)
-        far = FarShare.empty(q, row_max) if uses_far_share(cfg, length, bias_table, c_table, pad, tables_learn) else None
+        far_share = not deterministic and uses_far_share(cfg, length, bias_table, c_table, pad, tables_learn)
+        far = FarShare.empty(q, row_max) if far_share else None
         launch_forward(q, k, v, bias_table, c_table, pad, out, row_max, row_sum, scale, cfg, dropout_p, seed, far)
         ctx.save_for_backward(q, k, v, out, bias_table, c_table, pad, row_max, row_sum, seed,
                               *(far or (None, None, None)))
-        ctx.scale, ctx.cfg, ctx.dropout_p = scale, cfg, dropout_p
+        ctx.scale, ctx.cfg, ctx.dropout_p, ctx.deterministic = scale, cfg, dropout_p, deterministic
         return out
 
     @staticmethod
@@ -279,13 +325,13 @@ class FusedCausalURPEAttention(torch.autograd.Function):
         launch_delta(out, grad_out, delta, far, row_max, row_sum, bias_table, c_table, d_bias_table, d_c_table)
         dq, dk, dv = _like(q), _like(k), _like(v)
         launch_backward(q, k, v, bias_table, c_table, pad, grad_out, row_max, row_sum, delta, dq, dk, dv, d_bias_table,
-                        d_c_table, ctx.scale, ctx.cfg, ctx.dropout_p, seed, far)
+                        d_c_table, ctx.scale, ctx.cfg, ctx.dropout_p, seed, far, deterministic=ctx.deterministic)
         bias_dtype, c_dtype = ctx.table_dtypes
         return (
             dq, dk, dv,
             d_bias_table.to(bias_dtype) if d_bias_table is not None else None,
             d_c_table.to(c_dtype) if d_c_table is not None else None,
-            None, None, None, None, None, None,
+            None, None, None, None, None, None, None,
         )
 
 
@@ -300,6 +346,7 @@ def fused_causal_urpe_attention(
     dropout_p: float = 0.0,
     dropout_seed: Optional[torch.Tensor] = None,
     blocks: Optional[dict] = None,
+    deterministic: Optional[bool] = None,
 ) -> torch.Tensor:
     """Causal ``dropout(softmax(scale Q K^T + B) ⊙ C) V`` without a ``T x T`` matrix, forward and backward.
 
@@ -319,10 +366,13 @@ def fused_causal_urpe_attention(
             :func:`attention_dropout_mask`); default: drawn from torch's generator (:func:`new_dropout_seed`).
         blocks: overrides of the tile choices (keys and values as in ``tiles.INTERPRETER_BLOCKS``; a tile's
             pipeline stages may be left out).
+        deterministic: a backward without atomics, the same bit for bit from run to run (the table gradients
+            as partial rows added up in a fixed order, :func:`fold_partial_rows`; no far share, no far dQ in
+            the dK/dV kernel); default: ``torch.are_deterministic_algorithms_enabled()``.
 
     Returns ``(B, H, T, d)`` laid out like ``q``; gradients reach q, k, v and both tables (float32
-    accumulation; diagonal sums and, where :func:`~.tiles.far_dq_fits`, the far tiles' dQ by atomic adds, so table
-    gradients and dQ are not bitwise deterministic).
+    accumulation). Without ``deterministic``, diagonal sums and, where :func:`~.tiles.far_dq_fits`, the far tiles'
+    dQ are added by atomics, so table gradients and dQ are not bitwise deterministic.
     """
     batch, heads, length, head_dim = q.shape
     check_inputs(q, k, v, bias_table, c_table, key_padding_mask)  # the reference's contract
@@ -346,5 +396,7 @@ def fused_causal_urpe_attention(
     # autograd Function grad mode is off and needs_input_grad ignores torch.no_grad(), so decide here.
     tables = (bias_table, c_table)
     tables_learn = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tables)
+    if deterministic is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
     return FusedCausalURPEAttention.apply(q, k, v, bias_table, c_table, key_padding_mask, scale,
-                                          float(dropout_p), seed, blocks, tables_learn)
+                                          float(dropout_p), seed, blocks, tables_learn, bool(deterministic))

@@ -43,6 +43,7 @@ class KernelConfig(NamedTuple):
     backward: bool = True  # a backward runs (grad mode on, an input needing gradients)
     bias_grad: bool = True  # the bias table gets a gradient (False: frozen, or no backward, or no bias)
     c_grad: bool = True  # the Toeplitz table gets a gradient: with bias_grad, the forward's far share
+    deterministic: bool = False  # a backward without atomics (torch.use_deterministic_algorithms): another variant
 
     def describe(self) -> str:
         tables = " + ".join(name for name, on in (("bias", self.bias), ("Toeplitz C", self.toeplitz)) if on) or "no tables"
@@ -50,7 +51,8 @@ class KernelConfig(NamedTuple):
                                                                                      self.c_grad)) if on and not grad]
         extras = "".join([", padding" if self.padding else "", ", attention dropout" if self.dropout else "",
                           ", TF32" if self.tf32 else "", "" if self.backward else ", no backward",
-                          f", frozen {' + '.join(frozen)}" if frozen and self.backward else ""])
+                          f", frozen {' + '.join(frozen)}" if frozen and self.backward else "",
+                          ", deterministic" if self.deterministic and self.backward else ""])
         return f"{self.device}, {str(self.dtype).replace('torch.', '')}, head dim {self.head_dim}, {tables}{extras}"
 
 
@@ -144,7 +146,7 @@ def _kernel_errors(config: KernelConfig, length: Optional[int], batch: int, head
             seed = torch.tensor([20240521], dtype=torch.int64, device=device)
             mask = kernel.attention_dropout_mask(seed, batch, heads, length, CHECK_DROPOUT)
         out = kernel.fused_causal_urpe_attention(q, k, v, bias, c, pad, scale, CHECK_DROPOUT if config.dropout else 0.0,
-                                                 seed)
+                                                 seed, deterministic=config.deterministic)
         got = (out,) + (torch.autograd.grad(out, [x for _, x in leaves], upstream) if leaves else ())
         named = {name: x.detach().to(wide).requires_grad_() for name, x in leaves}
         plain = {"q": q, "k": k, "v": v, "bias table": bias, "Toeplitz table": c}

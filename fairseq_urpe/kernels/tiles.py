@@ -94,6 +94,13 @@ def tile(cfg: dict, kernel: str):
     return tiles if len(tiles) == 4 else tiles + (cfg.get("num_stages", 2),)
 
 
+def dq_tile(cfg: dict, deterministic: bool):
+    """dQ's :func:`tile`; the deterministic backward's unpipelined (stages 1): pipelined, its dQ spills on sm_90
+    at head dim 64 with padding (12-16 bytes at 255 registers, triton 3.9.0), unpipelined it holds 236-245."""
+    block_m, block_n, warps, stages = tile(cfg, "dq")
+    return block_m, block_n, warps, 1 if deterministic else stages
+
+
 def block_d(head_dim: int) -> int:
     """The head dim padded to a power of 2, at least 16 (a tile's columns)."""
     return max(16, 1 << (head_dim - 1).bit_length())
@@ -184,3 +191,14 @@ def uses_far_share(cfg: dict, length: int, bias_table, c_table, pad, tables_lear
     """Whether the forward stores the far share (``FAR_SUMS``): table gradients wanted and
     :func:`far_share_applies`."""
     return tables_learn and far_share_applies(cfg, length, bias_table, c_table, pad)
+
+
+def partial_rows(cfg: dict, length: int, far: int, grid) -> int:
+    """Rows of partial table gradients per dQ program in the deterministic backward: one per diagonal offset
+    ``(base + L) / g`` of the program's near and diagonal key tiles (``base = start_m - start_n``, ``L``, ``g`` the
+    larger and the smaller side of dQ's tile), the most any program of ``length`` queries reaches with far tiles
+    before ``key_tile_ranges``'s ``far`` on ``grid`` ``(FAR_M, FAR_N)``, and one more for the far tiles' sum."""
+    bm, bn = tile(cfg, "dq")[:2]
+    gm, gn = grid
+    top = max(start_m - (max((start_m // gm) * gm - far + 1, 0) // gn) * gn for start_m in range(0, length, bm))
+    return (top + max(bm, bn)) // min(bm, bn) + 2

@@ -64,31 +64,28 @@ def test_forced_fused_on_cpu_without_the_interpreter_or_without_triton_is_an_err
         decide("flash")
 
 
-def test_deterministic_algorithms_take_the_dense_path_and_warn_only_warns_once(monkeypatch):
-    """The kernel adds gradients by atomics (in no fixed order): with torch's deterministic algorithms on,
-    ``auto`` runs dense and ``fused`` is an error naming the flag; ``warn_only`` lets the kernel run, with
-    one UserWarning per process saying that its backward is not deterministic."""
+def test_deterministic_algorithms_run_the_kernels_deterministic_backward_without_a_warning():
+    """Under torch's deterministic algorithms (``warn_only`` or not) the fused path runs, in a configuration
+    of its own where a backward runs (its backward without atomics: test_deterministic_backward.py), and
+    says nothing about nondeterminism."""
     import warnings
 
-    monkeypatch.setattr(dispatch, "_LOGGED", set())
-    torch.use_deterministic_algorithms(True)
-    try:
-        with pytest.raises(RuntimeError, match="fused cannot run here: torch.use_deterministic_algorithms"):
-            decide("fused")
-        assert not decide("auto")
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            assert decide("fused") and decide("fused") and decide("fused", q_like(length=9))
-        found = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
-        assert len(found) == 1 and "atomics" in found[0] and "not deterministic" in found[0], found
-    finally:
-        torch.use_deterministic_algorithms(False)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        monkeypatch.setattr(dispatch, "_LOGGED", set())
-        assert decide("fused")  # deterministic algorithms off: no warning
-    assert not [w for w in caught if "not deterministic" in str(w.message)]
+    from fairseq_urpe.kernels.dispatch import call_config
+
+    q = q_like().requires_grad_()
+    for warn_only in (False, True):
+        torch.use_deterministic_algorithms(True, warn_only=warn_only)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                assert decide("fused") and decide("fused", q)
+            assert call_config(q, 0.0).deterministic and "deterministic" in call_config(q, 0.0).describe()
+            with torch.no_grad():  # no backward: the forward alone, the same variant as without the switch
+                assert not call_config(q, 0.0).deterministic
+        finally:
+            torch.use_deterministic_algorithms(False)
+        assert not [w for w in caught if "determinis" in str(w.message)], [str(w.message) for w in caught]
+    assert not call_config(q, 0.0).deterministic
 
 
 def test_future_mask_check_accepts_only_fairseqs_causal_mask_and_notices_in_place_changes():
@@ -329,11 +326,11 @@ def test_help_of_attention_impl_says_what_auto_does():
         assert phrase in text, phrase
         assert reason is not None, phrase
     torch.use_deterministic_algorithms(True)
-    try:
-        assert "use_deterministic_algorithms" in dispatch._why_not_fused(x, 0.0, True, forced=False)
+    try:  # not a reason for dense: the kernel's deterministic backward runs
+        assert "use_deterministic_algorithms" not in (dispatch._why_not_fused(x, 0.0, True, forced=False) or "")
     finally:
         torch.use_deterministic_algorithms(False)
-    assert "torch.use_deterministic_algorithms not on without warn_only" in text
+    assert "Under torch.use_deterministic_algorithms the kernel's backward adds nothing by atomics" in text
     for phrase, call in (("fairseq's causal mask", dict(attn_mask=None)), ("no attention weights asked for",
                          dict(need_weights=True)), ("not incremental decoding", dict(incremental=True))):
         assert phrase in text and not decide("fused", **call), phrase

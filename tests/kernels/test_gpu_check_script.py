@@ -35,6 +35,8 @@ def test_gpu_check_script_runs_its_cpu_sections_and_writes_both_reports(tmp_path
     runs = {r["impl"]: r for r in sections["end_to_end"]["results"]}
     assert runs["stock"]["fused_calls"] == 0 and runs["fused"]["fused_calls"] > 0  # the kernel really ran
     assert any("dropout" in r["case"] for r in sections["correctness"]["results"])
+    repeats = [r for r in sections["correctness"]["results"] if "two runs bit for bit" in r["case"]]
+    assert repeats and all(r["ok"] and r["differing"]["deterministic"] == [] for r in repeats), repeats
     report = (tmp_path / "gpu_check.md").read_text()
     assert "| correctness | ok |" in report and "| kernel_speed | skipped |" in report
     for target in ("SDPA flash at L=2048", "SDPA memory-efficient with a bias at L=2048", "peak attention memory",

@@ -37,14 +37,16 @@ CONFIGS = [(90, 64, True), (90, 128, True), (80, 64, True), (80, 128, True), (86
 SHARED_MEMORY = {90: 227 * 1024, 80: 163 * 1024, 86: 99 * 1024}  # bytes per block
 
 
-def compile_in_a_clean_process(cache_dir, configs):
+def compile_in_a_clean_process(cache_dir, configs, deterministic=False):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(cache_dir)
+    kernels = "('dq',)" if deterministic else "('forward', 'dkdv', 'dq')"
     code = (
         "import json, sys; from benchmarks.fused_kernel import compile_kernels; "
-        "kernels = ('forward', 'dkdv', 'dq'); "
+        f"kernels = {kernels}; "
         f"print(json.dumps([compile_kernels(c, 'bf16', d, report=False, dropout=True, padding=p, "
-        f"only=kernels + (() if p else ('delta',))) for c, d, p in {configs!r}]))"
+        f"deterministic={deterministic}, only=kernels + (() if p or {deterministic} else ('delta',))) "
+        f"for c, d, p in {configs!r}]))"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -73,3 +75,20 @@ def test_kernels_compile_without_register_spills(capability, tmp_path):
             if capability == 90 and name != "delta":  # (delta has no matrix product)
                 assert usage["wgmma"] > 0 and usage["mma_sync"] == 0, config  # Hopper's tensor-core instructions
     assert any(tmp_path.iterdir()), "nothing was compiled into the private cache"
+
+
+def test_the_deterministic_backward_compiles_without_atomics_or_spills(tmp_path):
+    """The dQ kernel of the deterministic backward (the only kernel it changes: table gradients as partial
+    rows, no far share, no far dQ from dK/dV) on sm_90 at head dims 64 and 128, with dropout, with and
+    without padding: no spill, and not one atomic instruction in its SASS (nvdisasm), which is what makes
+    its runs agree bit for bit."""
+    import triton
+
+    configs = [(90, 64, True), (90, 64, False), (90, 128, True)]
+    for (_, head_dim, padding), results in zip(configs, compile_in_a_clean_process(tmp_path, configs, True)):
+        usage = results["dq"]
+        config = f"sm_90 deterministic dq, head dim {head_dim}, padding {padding}, triton {triton.__version__}"
+        assert usage["spill_bytes"] == 0, config
+        assert usage["sass"]["atomics"] == 0 and not usage["atomics"], config
+        assert usage["sass"]["instructions"] > 0 and usage["wgmma"] > 0, config
+
