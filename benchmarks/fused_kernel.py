@@ -66,12 +66,14 @@ _ELEMENT = {"bf16": ("bf16", "ieee"), "fp16": ("fp16", "ieee"), "fp32": ("fp32",
 
 def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 64, blocks=None, report=True,
                     dropout: bool = False, kernel=None, only=("forward", "dkdv", "dq"), tables=(True, True),
-                    padding: bool = True, tail: bool = True, deterministic: bool = False):
+                    padding: bool = True, tail: bool = True, deterministic: bool = False, one_pass: bool = False):
     """Compile forward, dK/dV and dQ kernels (``only``; "delta" adds the delta kernel) for
     ``sm_<capability>`` without a GPU (by default all tables and padding on) with the tiles the kernel
     chooses for that architecture. ``tail``: the tables are constant from some distance on (as T5's), so
     that without padding the far share applies; ``False``: they reach T (as ALiBi's), no far share.
     ``deterministic``: the backward without atomics (no far share; dQ's table gradients as partial rows).
+    ``one_pass``: the one-pass backward (``blocks`` ``backward="one_pass"``: dK/dV adds dQ and the table
+    gradients; no far share; no dQ kernel runs, "dq" is then not compiled).
 
     ``dtype``: bf16, fp16, fp32 (full-precision products) or fp32-tf32. Returns per kernel a dict: tiles,
     registers and spilled bytes (``None`` where ptxas could not be asked), shared memory, and from the PTX
@@ -87,6 +89,9 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
     tiles = load("tiles", os.path.dirname(kernel.__file__))
     major, minor = divmod(capability, 10)
     cfg = {**tiles.gpu_blocks(head_dim, torch_dtype, precision, (major, minor)), **(blocks or {})}
+    if one_pass:
+        cfg["backward"] = "one_pass"
+        only = tuple(name for name in only if name != "dq")
     pointers = {name: f"*{element}" for name in ("Q", "K", "V", "DO", "O", "Out", "DQ", "DK", "DV", "FarOut")}
     pointers.update({name: "*fp32" for name in ("BIAS_TABLE", "C_TABLE", "RowMax", "RowSum", "Delta", "D_BIAS_TABLE",
                                                 "D_C_TABLE", "FarMax", "FarSum", "FarDQ")})
@@ -102,7 +107,8 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
     far_dq = far_consts["dq"].get("FAR_DQ", False)
     jobs = {
         "forward": (kernel.forward_kernel, cfg["forward"], dict(FAR_SUMS=far_share)),
-        "dkdv": (kernel.dkdv_kernel, cfg["dkdv"], dict(**far_consts["dkdv"])),
+        "dkdv": (kernel.dkdv_kernel, cfg["dkdv"], dict(ONE_PASS=one_pass, BIAS_GRAD=one_pass and tables[0],
+                                                     C_GRAD=one_pass and tables[1], **far_consts["dkdv"])),
         "dq": (kernel.dq_kernel, tiles.dq_tile(cfg, deterministic),
                dict(BIAS_GRAD=tables[0], C_GRAD=tables[1], PARTIALS=deterministic, **far_consts["dq"])),
         # delta = rowsum(dO ⊙ O) (no loop), and with the far share the far tiles' table gradients
@@ -118,6 +124,8 @@ def compile_kernels(capability: int = 90, dtype: str = "bf16", head_dim: int = 6
             raise ValueError("this kernel has no attention dropout")
         results[name] = compile_one(fn, dict(common, BLOCK_M=block_m, BLOCK_N=block_n, **extra), pointers, scalars,
                                     (block_m, block_n, warps, stages), capability)
+        if one_pass and name == "dkdv":  # the model prices dQ's product and atomics on every tile
+            results[name]["one_pass"] = True
         if far_share and name == "dq":  # its far tiles are the forward tile's (the model's count)
             results[name]["far_share"] = list(cfg["forward"][:2])
         if far_dq and name in ("dkdv", "dq"):  # dK/dV's far tiles on this grid add dQ; dQ's far loop runs the rest
@@ -433,6 +441,9 @@ def main(argv=None):
     parser.add_argument("--blocks", default=None, help="JSON overriding the kernel's tiles, e.g. '{\"dq\": [64, 32, 4, 2]}'")
     parser.add_argument("--points", action="store_true", help="compile only POINT_CONFIGS (the model's entries)")
     parser.add_argument("--only", nargs="+", default=None, help="compile only these configs, by name (e.g. 'sm_90 bf16 d64')")
+    parser.add_argument("--one-pass", action="store_true",
+                        help="with --compile-check --points: the one-pass backward's dK/dV kernel instead, at sm_90's "
+                             "URPE points, with tiles.ONE_PASS_BLOCKS (or --blocks)")
     parser.add_argument("--json", default="benchmarks/results/fused_kernel.json")
     args = parser.parse_args(argv)
     from benchmarks.common import command_line, machine, print_machine, write_json  # fairseq-free
@@ -443,6 +454,8 @@ def main(argv=None):
         blocks = json.loads(args.blocks) if args.blocks else None
         kernel = load("fused_urpe_attention", args.kernel_file)
         configs = POINT_CONFIGS if args.points else COMPILE_CONFIGS
+        if args.one_pass:
+            configs = [c for c in POINT_CONFIGS if c[0] == 90 and c[4] != "flash"]
         if args.dtype or args.head_dim:
             short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32-tf32", None: "bf16"}[args.dtype]
             configs = [(cap, short, args.head_dim or 64, False) for cap in (90, 80)]
@@ -455,6 +468,11 @@ def main(argv=None):
             try:
                 if config[4:] == ("flash",):
                     results[name] = compile_flash_standin(cap, dtype, head_dim, dropout)
+                elif args.one_pass:
+                    tiles = load("tiles", os.path.dirname(kernel.__file__))
+                    results[name] = compile_kernels(cap, dtype, head_dim, blocks or tiles.ONE_PASS_BLOCKS[head_dim],
+                                                    dropout=dropout, kernel=kernel, padding=False, only=("dkdv",),
+                                                    tail=config[4:] != ("alibi",), one_pass=True)
                 else:
                     results[name] = compile_kernels(cap, dtype, head_dim, blocks, dropout=dropout, kernel=kernel,
                                                     padding=not config[4:], tail=config[4:] != ("alibi",))

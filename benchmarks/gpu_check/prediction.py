@@ -49,6 +49,7 @@ import os
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMPILE_REPORT = os.path.join(REPO, "benchmarks", "results", "fused_kernel_compile.json")
+ONE_PASS_REPORT = os.path.join(REPO, "benchmarks", "results", "fused_kernel_compile_one_pass.json")
 LENGTH, HEAD_DIM = 2048, 64
 POINTS = {  # label: (length, head dim, dtype, heads as the arch has them)
     "L2048 d64 bf16": (2048, 64, "bf16", 16),
@@ -121,8 +122,10 @@ def loop_bytes(kernel: str, role: str, usage: dict, head_dim: int, flash: bool =
             atomic = 2 * (block_m + block_n - 1) * 4
     else:  # loops over queries: Q, dO tiles and row statistics
         loaded, atomic = 2 * block_m * head_dim * ELEMENT_BYTES + 3 * block_m * 4 + tables, 0
-        if flash or (role == "far" and usage.get("far_dq_grid")):  # dQ added by atomics
+        if flash or usage.get("one_pass") or (role == "far" and usage.get("far_dq_grid")):  # dQ added by atomics
             atomic = 4 * block_m * head_dim
+        if usage.get("one_pass") and role != "far":  # and per-diagonal sums of both tables
+            atomic += 2 * (block_m + block_n - 1) * 4
     return loaded, atomic
 
 
@@ -152,7 +155,8 @@ def kernel_cycles(kernel: str, usage: dict, far=None, head_dim: int = HEAD_DIM, 
     overlap = scenario not in ("no overlap", "occupancy") or (scenario == "occupancy" and programs_per_sm(usage) >= 2)
     cycles = {}
     for role, loop in per.items():
-        products = PRODUCTS[kernel] + (1 if kernel == "dkdv" and role == "far" and usage.get("far_dq_grid") else 0)
+        dq_here = usage.get("one_pass") or (role == "far" and usage.get("far_dq_grid"))
+        products = PRODUCTS[kernel] + (1 if kernel == "dkdv" and dq_here else 0)
         issue = warps * loop["instructions"] / (8 if scenario == "wide issue" else 4)
         mufu = warps * 32 * loop.get("mufu", 0) / MUFU_PER_CYCLE
         tensor = 2 * block_m * block_n * head_dim * products / TENSOR_FLOP_PER_CYCLE
@@ -226,6 +230,56 @@ def predict(report_path: str = COMPILE_REPORT):
     out["no dropout range"] = readme["no dropout"]["range"]
     out["dropout range"] = readme["dropout / flash without"]["range"]
     return out
+
+
+def predict_one_pass(report_path: str = COMPILE_REPORT, one_pass_path: str = ONE_PASS_REPORT):
+    """As :func:`predict`, with the one-pass backward (``one_pass_path``'s dK/dV entries: dQ and the table
+    gradients by atomics on every tile, no dQ kernel) in place of the split one: per point, kind and printed
+    case ``{<scenario>: ratio, "range": ...}`` over the same admissible scenarios; None without both reports."""
+    results, single = load_results(report_path), load_results(one_pass_path)
+    split = predict(report_path)
+    if split is None or single is None:
+        return None
+    out = {}
+    for point, (length, head_dim, dtype, _) in POINTS.items():
+        kept = split[point]["admissible"]
+        out[point] = {}
+        for kind in KINDS:
+            far = MODEL_FAR if kind == "t5" else None
+            out[point][kind] = {}
+            for case in PRINTED_CASES:
+                urpe_dropout, flash_dropout = CASES[case]
+                name = f"sm_90 {dtype} d{head_dim}{urpe_dropout} {kind}"
+                if not isinstance(single.get(name), dict):
+                    return None
+                urpe = {"forward": results[name]["forward"], "dkdv": single[name]["dkdv"]}
+                flash = results[f"sm_90 {dtype} d{head_dim}{flash_dropout} flash"]
+                ratios = {s: _sum(urpe, ("forward", "dkdv"), head_dim, length, far, s, False)
+                          / _sum(flash, FLASH_KERNELS, head_dim, length, None, s, True) for s in SCENARIOS}
+                inside = [ratios[s] for s in kept]
+                out[point][kind][case] = dict(ratios, range=(min(inside), max(inside)),
+                                              tiles=single[name]["dkdv"]["tiles"],
+                                              spill=single[name]["dkdv"]["spill_bytes"])
+    return out
+
+
+def one_pass_table(single: dict, split: dict) -> str:
+    """The one-pass backward's prediction beside the split one's ranges."""
+    lines = ["the one-pass backward (dK/dV adds dQ and the table gradients by atomics, no dQ kernel; its dK/dV from "
+             "benchmarks/results/fused_kernel_compile_one_pass.json, tiles.ONE_PASS_BLOCKS) against the split one, "
+             "same model and scenarios", "",
+             "| point | tables | case | one-pass range | split range | one-pass dK/dV tile, spilled bytes | "
+             + " | ".join(SCENARIOS) + " |", "|---|---|---|---|---|---|" + "---|" * len(SCENARIOS)]
+    for point in POINTS:
+        kept = split[point]["admissible"]
+        for kind in KINDS:
+            for case in PRINTED_CASES:
+                r, s = single[point][kind][case], split[point][kind][case]
+                m, n, w = r["tiles"][:3]
+                lines.append(f"| {point} | {kind} | {case} | {r['range'][0]:.2f}-{r['range'][1]:.2f}x | "
+                             f"{s['range'][0]:.2f}-{s['range'][1]:.2f}x | {m}x{n}, {w} warps, {r['spill']} | "
+                             + " | ".join(f"{r[x]:.2f}x{'' if x in kept else '*'}" for x in SCENARIOS) + " |")
+    return "\n".join(lines)
 
 
 def predicted_line(label: str = "no dropout") -> str:
@@ -349,6 +403,10 @@ def main(argv=None):
     print(per_score_table(load_results(args.report), tuple(args.sm), args.dropout))
     print()
     print(loop_table(load_results(args.report)))
+    single = predict_one_pass(args.report)
+    if single is not None:
+        print()
+        print(one_pass_table(single, prediction))
 
 
 if __name__ == "__main__":

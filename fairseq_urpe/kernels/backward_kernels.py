@@ -66,11 +66,11 @@ def add_far_sum(GRAD, LAST, total):
 
 @triton.jit
 def dkdv_tiles(
-    dk, dv, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS_TABLE, C_TABLE, seed, padded, cols,
-    offs_m, dims, start_n, lo, above, far, bh, stride_qt, stride_qd, stride_dot, stride_dod,
+    dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS_TABLE, C_TABLE, D_BIAS_TABLE, D_C_TABLE,
+    seed, padded, cols, offs_m, dims, start_n, lo, above, far, bh, stride_qt, stride_qd, stride_dot, stride_dod,
     T, LAST_B, LAST_C, b_far, c_far, D: tl.constexpr, qk_scale, log2e, keep_threshold, keep_scale,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    FAR_DQ: tl.constexpr, STAGE: tl.constexpr,
+    FAR_DQ: tl.constexpr, ONE_PASS: tl.constexpr, BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr, STAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SLICE: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
     EXP2: tl.constexpr,
 ):
@@ -78,7 +78,10 @@ def dkdv_tiles(
     near: ``above .. far``, far: ``far ..``), with keys as rows (transposed tiles, ``k q^T``: the products'
     M is BLOCK_N). ``Q``, ``DO`` point at this (batch, head)'s query 0, ``RowMax``, ``RowSum``, ``Delta``
     at its row 0. Far tiles read the scalar tables ``b_far``, ``c_far``; with ``FAR_DQ`` they add their
-    ``dS K`` to ``FarDQ``. Returns the running ``dk``, ``dv``."""
+    ``dS K`` to ``FarDQ``. ``ONE_PASS`` (the one-pass backward, no dQ kernel): every tile adds its ``dS K`` to
+    ``FarDQ`` and its table gradients (``BIAS_GRAD``, ``C_GRAD``): near and diagonal tiles their diagonal sums
+    into ``D_BIAS_TABLE``, ``D_C_TABLE`` by atomics, far tiles theirs to the running ``db_far``, ``dc_far``.
+    Returns the running ``dk``, ``dv``, ``db_far``, ``dc_far``."""
     FAR_TILE: tl.constexpr = STAGE == FAR_STAGE
     if STAGE == DIAGONAL_STAGE:
         first_m, last_m = lo, tl.minimum(above, T)
@@ -119,11 +122,23 @@ def dkdv_tiles(
             ds = tl.where(padded[:, None], 0.0, ds)  # masked scores pass no gradient
         ds_in = ds.to(q.dtype)
         dk += tl.dot(ds_in, q, input_precision=PRECISION, out_dtype=ACC)
-        if FAR_DQ and FAR_TILE:  # this tile's share of dQ, dS K (unscaled), added to the sum dQ's kernel reads
-            # as (K^T dS^T)^T: the product's M is the head dim, 64 or more, as Hopper's wgmma wants
+        if ONE_PASS or (FAR_DQ and FAR_TILE):  # this tile's share of dQ, dS K (unscaled), added to the sum dQ's
+            # kernel reads (or, one pass, dQ itself) as (K^T dS^T)^T: the product's M is the head dim, 64 or more,
+            # as Hopper's wgmma wants
             dq = tl.trans(tl.dot(tl.trans(k), ds_in, input_precision=PRECISION, out_dtype=ACC))  # (BLOCK_M, BLOCK_D)
             tl.atomic_add(FarDQ + first_row * D + offs_m[:, None] * D + dims[None, :], dq, mask=row_mask, sem="relaxed")
-    return dk, dv
+        if ONE_PASS and BIAS_GRAD:  # entry (key a, query b) of the tile: distance start_m - start_n - (a - b)
+            if FAR_TILE:
+                db_far += tl.sum(ds)
+            else:
+                add_diagonal_sums(ds, D_BIAS_TABLE, start_m - start_n, LAST_B, BLOCK_N, BLOCK_M, -1)
+        if ONE_PASS and C_GRAD:
+            if FAR_TILE:
+                dc_far += tl.sum(dw * p)
+            else:
+                add_diagonal_sums(dw * p, D_C_TABLE, start_m - start_n, LAST_C, BLOCK_N, BLOCK_M, -1,
+                                   z_scale(keep_scale, HAS_DROPOUT))
+    return dk, dv, db_far, dc_far
 
 
 @triton.jit
@@ -134,9 +149,9 @@ def dkdv_kernel(
     stride_vb, stride_vh, stride_vt, stride_vd,
     stride_dob, stride_doh, stride_dot, stride_dod,
     stride_bias_table_h, stride_c_table_h, stride_pad_b,
-    H, T, LAST_B, LAST_C, FAR, qk_scale, log2e, keep_threshold, keep_scale,
+    H, T, LAST_B, LAST_C, FAR, qk_scale, log2e, keep_threshold, keep_scale, D_BIAS_TABLE, D_C_TABLE,
     HAS_BIAS: tl.constexpr, HAS_C: tl.constexpr, HAS_PAD: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-    FAR_DQ: tl.constexpr,
+    FAR_DQ: tl.constexpr, ONE_PASS: tl.constexpr, BIAS_GRAD: tl.constexpr, C_GRAD: tl.constexpr,
     FAR_M: tl.constexpr, FAR_N: tl.constexpr,
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     PRECISION: tl.constexpr, ACC: tl.constexpr, EXP2: tl.constexpr,
@@ -150,6 +165,10 @@ def dkdv_kernel(
     ``FAR_DQ``: the far tiles are those on the grid ``FAR_M x FAR_N`` (``key_tile_ranges``; the forward's
     far tiles or fewer), and each adds its ``dS K`` (unscaled) to ``FarDQ`` ``(B * H, T, D)`` by relaxed
     atomics, for the dQ kernel to read.
+
+    ``ONE_PASS`` (no ``FAR_DQ``, no far share): the whole backward but ``D_i``, as FlashAttention-2's: every tile
+    adds its ``dS K`` to ``FarDQ`` (then dQ, unscaled) and, where wanted, its table gradients to
+    ``D_BIAS_TABLE``, ``D_C_TABLE`` (laid out like the tables), all by relaxed atomics.
     """
     start_n = tl.program_id(0) * BLOCK_N
     bh, b, h = program_head(H)
@@ -178,27 +197,37 @@ def dkdv_kernel(
     c_far = c_far * z_scale(keep_scale, HAS_DROPOUT)  # C ⊙ keep_scale of far tiles (dropout)
     dk = tl.zeros([BLOCK_N, BLOCK_D], ACC)
     dv = tl.zeros([BLOCK_N, BLOCK_D], ACC)
+    db_far = tl.zeros([1, 1], ACC)  # one pass: the far tiles' gradients of b[LAST_B], c[LAST_C]
+    dc_far = tl.zeros([1, 1], ACC)
+    if ONE_PASS:
+        tl.static_assert(not FAR_DQ, "the one-pass backward adds every tile's dQ")
+        D_BIAS_TABLE += h * stride_bias_table_h
+        D_C_TABLE += h * stride_c_table_h
     lo = (start_n // BLOCK_M) * BLOCK_M  # the first query tile that sees a key of this tile
     above = tl.cdiv(start_n + BLOCK_N - 1, BLOCK_M) * BLOCK_M  # query tiles from here on see every key of it
     if FAR_DQ:  # ... and the far ones: those within the far FAR_M x FAR_N blocks (key_tile_ranges; far_dq_grid)
         far = tl.maximum(tl.cdiv((start_n // FAR_N + 1) * FAR_N + FAR - 1, FAR_M) * FAR_M, above)
     else:  # ... and from here on only at distances >= FAR (i - j >= FAR for every entry)
         far = tl.maximum(tl.cdiv(start_n + BLOCK_N - 1 + FAR, BLOCK_M) * BLOCK_M, above)
-    dk, dv = dkdv_tiles(
-        dk, dv, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS_TABLE, C_TABLE, seed, padded, cols, offs_m, dims,
-        start_n, lo, above, far, bh, stride_qt, stride_qd, stride_dot, stride_dod, T, LAST_B, LAST_C, b_far, c_far,
-        D, qk_scale, log2e, keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, FAR_DQ, DIAGONAL_STAGE,
-        BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
-    dk, dv = dkdv_tiles(
-        dk, dv, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS_TABLE, C_TABLE, seed, padded, cols, offs_m, dims,
-        start_n, lo, above, far, bh, stride_qt, stride_qd, stride_dot, stride_dod, T, LAST_B, LAST_C, b_far, c_far,
-        D, qk_scale, log2e, keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, FAR_DQ, NEAR_STAGE,
-        BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
-    dk, dv = dkdv_tiles(
-        dk, dv, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS_TABLE, C_TABLE, seed, padded, cols, offs_m, dims,
-        start_n, lo, above, far, bh, stride_qt, stride_qd, stride_dot, stride_dod, T, LAST_B, LAST_C, b_far, c_far,
-        D, qk_scale, log2e, keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD, HAS_DROPOUT, FAR_DQ, FAR_STAGE,
-        BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
+    dk, dv, db_far, dc_far = dkdv_tiles(
+        dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS_TABLE, C_TABLE, D_BIAS_TABLE, D_C_TABLE,
+        seed, padded, cols, offs_m, dims, start_n, lo, above, far, bh, stride_qt, stride_qd, stride_dot, stride_dod,
+        T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD,
+        HAS_DROPOUT, FAR_DQ, ONE_PASS, BIAS_GRAD, C_GRAD, DIAGONAL_STAGE, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
+    dk, dv, db_far, dc_far = dkdv_tiles(
+        dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS_TABLE, C_TABLE, D_BIAS_TABLE, D_C_TABLE,
+        seed, padded, cols, offs_m, dims, start_n, lo, above, far, bh, stride_qt, stride_qd, stride_dot, stride_dod,
+        T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD,
+        HAS_DROPOUT, FAR_DQ, ONE_PASS, BIAS_GRAD, C_GRAD, NEAR_STAGE, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
+    dk, dv, db_far, dc_far = dkdv_tiles(
+        dk, dv, db_far, dc_far, k, v, Q, DO, FarDQ, RowMax, RowSum, Delta, BIAS_TABLE, C_TABLE, D_BIAS_TABLE, D_C_TABLE,
+        seed, padded, cols, offs_m, dims, start_n, lo, above, far, bh, stride_qt, stride_qd, stride_dot, stride_dod,
+        T, LAST_B, LAST_C, b_far, c_far, D, qk_scale, log2e, keep_threshold, keep_scale, HAS_BIAS, HAS_C, HAS_PAD,
+        HAS_DROPOUT, FAR_DQ, ONE_PASS, BIAS_GRAD, C_GRAD, FAR_STAGE, BLOCK_M, BLOCK_N, SLICE, PRECISION, ACC, EXP2)
+    if ONE_PASS and BIAS_GRAD:
+        add_far_sum(D_BIAS_TABLE, LAST_B, db_far)
+    if ONE_PASS and C_GRAD:
+        add_far_sum(D_C_TABLE, LAST_C, dc_far * z_scale(keep_scale, HAS_DROPOUT))
     dk *= qk_scale / log2e  # scale
     tl.store(DK + k_offsets, dk.to(DK.dtype.element_ty), mask=col_mask)
     tl.store(DV + v_offsets, dv.to(DV.dtype.element_ty), mask=col_mask)

@@ -58,8 +58,8 @@ from .dropout_rate import dropout_keep
 from .forward_kernel import forward_kernel
 from .reference import check_inputs
 from .score_tiles import dropout_mask_kernel
-from .tiles import (MAX_HEAD_DIM, MAX_TILE, block_d, blocks_for, dq_tile, far_flags, far_share_fits, partial_rows,
-                    precision, table_reach, tile, uses_far_share)
+from .tiles import (MAX_HEAD_DIM, MAX_TILE, block_d, blocks_for, dq_tile, far_flags, far_share_fits, one_pass,
+                    partial_rows, precision, table_reach, tile, uses_far_share)
 
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x log2(e))
 
@@ -164,6 +164,10 @@ def launch_backward(q, k, v, bias_table, c_table, pad, grad_out, row_max, row_su
     :func:`~.tiles.far_dq_grid`) to ``far_dq_sum``, a zeroed ``(B * H, T, d)`` tensor in the accumulator's dtype
     (allocated here if not given), which the dQ kernel reads instead of running those tiles.
 
+    With tiles ``cfg`` that ask for it (:func:`~.tiles.one_pass`) and no ``deterministic``, the one-pass backward:
+    the dK/dV kernel adds every tile's dQ (to a float32 sum, scaled into ``dq`` after) and table gradients by
+    atomics, and the dQ kernel does not run.
+
     ``deterministic`` (no ``far``): no atomics anywhere; the dQ kernel stores its table gradients as partial rows
     per program, which :func:`fold_partial_rows` adds into ``d_bias_table``, ``d_c_table`` in a fixed order, so
     every gradient is the same bit for bit from run to run.
@@ -189,16 +193,23 @@ def launch_backward(q, k, v, bias_table, c_table, pad, grad_out, row_max, row_su
         raise ValueError("far: the forward's far share gives wrong table gradients here (far_share_fits)")
     if deterministic and far is not None:
         raise ValueError("deterministic: the far share adds its table gradients by atomics; pass far=None")
+    single = one_pass(cfg) and not deterministic
+    if single and far is not None:
+        raise ValueError("the one-pass backward sums its far tiles' table gradients: pass far=None")
     far_consts = far_flags(cfg, far is not None)
     far_dq = far_consts["dq"]["FAR_DQ"]
-    if far_dq and far_dq_sum is None:
+    if (far_dq or single) and far_dq_sum is None:
         far_dq_sum = q.new_zeros(batch * heads, length, head_dim, dtype=row_max.dtype)
-    far_dq_sum = far_dq_sum if far_dq else dummy
+    far_dq_sum = far_dq_sum if far_dq or single else dummy
     block_m, block_n, warps, stages = tile(cfg, "dkdv")
     dkdv_kernel[(triton.cdiv(length, block_n), batch * heads)](
-        *inputs, dk, dv, far_dq_sum, *common,
+        *inputs, dk, dv, far_dq_sum, *common, D_BIAS_TABLE=_or(d_bias_table, dummy), D_C_TABLE=_or(d_c_table, dummy),
+        ONE_PASS=single, BIAS_GRAD=single and d_bias_table is not None, C_GRAD=single and d_c_table is not None,
         BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages, **far_consts["dkdv"], **flags,
     )
+    if single:  # dQ = scale dS K, summed over the key tiles
+        dq.copy_(far_dq_sum.view(batch, heads, length, head_dim).mul_(scale))
+        return
     partials = deterministic and (d_bias_table is not None or d_c_table is not None)
     block_m, block_n, warps, stages = dq_tile(cfg, partials)
     programs = triton.cdiv(length, block_m)

@@ -169,12 +169,27 @@ def far_flags(cfg: dict, far_share: bool) -> dict:
             "dq": dict(FAR_SUMS=far_share, FAR_DQ=far_dq, FAR_M=far_m, FAR_N=far_n, DQ_FAR_N=dq_far_n)}
 
 
+# The one-pass backward's dK/dV tiles on sm_90 (16-bit), by head-dim width: the largest of a scan of 16 shapes
+# (`benchmarks.fused_kernel --compile-check --one-pass`, docs/performance.md) that compile without spills under
+# triton 3.9.0, without and with padding and dropout at 64; at 128 without them (16 x 32: 40 bytes with both).
+ONE_PASS_BLOCKS = {64: dict(backward="one_pass", dkdv=(16, 64, 4, 1)), 128: dict(backward="one_pass", dkdv=(16, 32, 4, 1))}
+
+
+def one_pass(cfg: dict) -> bool:
+    """Whether tiles ``cfg`` ask for the one-pass backward (``backward="one_pass"``; default ``"split"``): the
+    dK/dV kernel adds every tile's dQ and table gradients by atomics, and no dQ kernel runs."""
+    if cfg.get("backward", "split") not in ("split", "one_pass"):
+        raise ValueError(f"blocks: backward must be 'split' or 'one_pass'; got {cfg['backward']!r}")
+    return cfg.get("backward", "split") == "one_pass"
+
+
 def far_share_fits(cfg: dict, tables: bool, padding: bool) -> bool:
     """Whether the far share gives the right far table gradients under tiles ``cfg``: with a table, no key
-    padding (a padded key is in P's far share but passes no bias gradient), and dQ tiles that divide the
-    forward's (so that both see the same keys as far)."""
+    padding (a padded key is in P's far share but passes no bias gradient), dQ tiles that divide the
+    forward's (so that both see the same keys as far), and the split backward (the one-pass one sums its far
+    tiles' table gradients itself)."""
     (fm, fn), (qm, qn) = tile(cfg, "forward")[:2], tile(cfg, "dq")[:2]
-    return tables and not padding and fm % qm == 0 and fn % qn == 0
+    return tables and not padding and fm % qm == 0 and fn % qn == 0 and not one_pass(cfg)
 
 
 def far_share_applies(cfg: dict, length: int, bias_table=None, c_table=None, pad=None) -> bool:

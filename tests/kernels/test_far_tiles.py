@@ -171,6 +171,30 @@ def test_the_performance_model_prices_far_near_and_diagonal_tiles_by_their_own_l
         assert kernel_cycles(name, {"tiles": (block_m, block_n, warps), "loops": loops}, MODEL_FAR, count="ptx") == want
 
 
+def test_the_model_prices_the_one_pass_dkdv_with_dq_on_every_tile():
+    """A one-pass dK/dV entry (``one_pass``) costs, per tile of every kind, dQ's product (5 instead of 4) and
+    dQ's float32 atomics, and near tiles both tables' diagonal sums; tensor-bound here, so the product shows."""
+    from benchmarks.gpu_check.prediction import (L2_BYTES_PER_SM_CYCLE, TENSOR_FLOP_PER_CYCLE, iterations, kernel_cycles,
+                                                 loop_bytes)
+
+    usage = {"tiles": (16, 64, 4), "sass": {"loops": [{"instructions": 4} for _ in range(3)]}}
+    single = dict(usage, one_pass=True)
+    for role in ("far", "near", "on"):
+        assert loop_bytes("dkdv", role, usage, 64)[1] == 0
+        assert loop_bytes("dkdv", role, single, 64)[1] == 4 * 16 * 64 + (0 if role == "far" else 2 * (16 + 64 - 1) * 4)
+    # without the L2 term every tile is tensor-bound at these counts: 5 products against 4
+    split, one = (kernel_cycles("dkdv", u, 113, scenario="no L2") for u in (usage, single))
+    assert one == pytest.approx(split * 5 / 4)
+    below, on = iterations("dkdv", 16, 64)
+    assert split == pytest.approx((below + on) * 4 * 2 * 16 * 64 * 64 / TENSOR_FLOP_PER_CYCLE)
+    # with it, the atomics' bytes count where the loads do
+    loaded = 2 * 16 * 64 * 2 + 3 * 16 * 4
+    far = far_tiles("dkdv", 2048, 113, 16, 64)
+    near_bytes = loaded + 2 * (16 + 64 - 1) * 4
+    want = far * (loaded + 4 * 16 * 64) + (below - far + on) * (near_bytes + 4 * 16 * 64 + 2 * (16 + 64 - 1) * 4)
+    assert kernel_cycles("dkdv", single, 113, scenario="model") == pytest.approx(want / L2_BYTES_PER_SM_CYCLE)
+
+
 class _LaunchSpy:
     """Stands in for a Triton kernel in the kernel module: records each launch's keyword arguments."""
 

@@ -73,12 +73,18 @@ def test_the_performance_doc_and_the_readme_quote_the_prediction_as_it_prints():
     """docs/performance.md holds the tables ``python -m benchmarks.gpu_check.prediction`` prints from the
     committed compile report, verbatim; the README and the doc's targets quote its ranges (never a bare
     point) at both points, for both kinds of tables."""
-    from benchmarks.gpu_check.prediction import load_results, per_score_table, predict, table
+    from benchmarks.gpu_check.prediction import load_results, one_pass_table, per_score_table, predict, predict_one_pass, table
 
     prediction = predict()
     printed = table(prediction, load_results())
     doc = open(os.path.join(REPO, "docs", "performance.md")).read()
     assert printed in doc and per_score_table(load_results()) in doc
+    one_pass_doc = open(os.path.join(REPO, "docs", "performance", "one_pass_backward.md")).read()
+    assert one_pass_table(predict_one_pass(), prediction) in one_pass_doc  # beside the split backward
+    single = predict_one_pass()["L2048 d64 bf16"]
+    for kind in ("t5", "alibi"):
+        low, high = single[kind]["no dropout"]["range"]
+        assert f"{low:.2f}-{high:.2f}x" in " ".join(doc.split()), kind
     readme = " ".join(open(os.path.join(REPO, "README.md")).read().split())
     for point in ("L2048 d64 bf16", "L3072 d128 fp16"):
         for kind in ("t5", "alibi"):

@@ -92,3 +92,24 @@ def test_the_deterministic_backward_compiles_without_atomics_or_spills(tmp_path)
         assert usage["sass"]["atomics"] == 0 and not usage["atomics"], config
         assert usage["sass"]["instructions"] > 0 and usage["wgmma"] > 0, config
 
+
+def test_the_one_pass_backward_compiles_without_spills_at_head_dim_64(tmp_path):
+    """The one-pass backward's dK/dV kernel on sm_90 with ``tiles.ONE_PASS_BLOCKS`` at head dim 64, without and
+    with padding and dropout: no spill, every product on Hopper's wgmma. (At 128 its tile spills 16-52 bytes:
+    docs/performance.md.)"""
+    import triton
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    code = ("import json; from benchmarks.fused_kernel import compile_kernels; "
+            "from fairseq_urpe.kernels.tiles import ONE_PASS_BLOCKS; "
+            "print(json.dumps([compile_kernels(90, 'bf16', 64, ONE_PASS_BLOCKS[64], report=False, dropout=p, "
+            "padding=p, only=('dkdv',), one_pass=True)['dkdv'] for p in (False, True)]))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for padded, usage in zip((False, True), json.loads(done.stdout.strip().splitlines()[-1])):
+        config = f"sm_90 one-pass dkdv, head dim 64, padding and dropout {padded}, triton {triton.__version__}"
+        assert usage["one_pass"] and usage["spill_bytes"] == 0, config
+        assert usage["wgmma"] > 0 and usage["mma_sync"] == 0, config
+        assert usage["sass"]["atomics"] > 0, config  # dQ and the tables' sums
+
