@@ -410,6 +410,22 @@ def test_no_train_rewrites_the_committed_tables_byte_for_byte(tmp_path, study):
         assert (tmp_path / f"{study}.json").read_bytes() == (docs / f"{study}.json").read_bytes()
 
 
+@pytest.mark.parametrize("folder,steps", [("summax_long", 12000)])
+def test_no_train_rewrites_the_longer_sum_to_max_runs_byte_for_byte(tmp_path, folder, steps):
+    """The sum-to-max runs at a longer budget (their own folder, as their command writes them): ``--no-train``
+    from the committed runs file writes their .md and .json again, byte for byte."""
+    import shutil
+
+    from experiments.expressiveness import memory_claims
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "expressiveness" / folder
+    shutil.copy(docs / "memory_claims_runs.jsonl", tmp_path / "memory_claims_runs.jsonl")
+    assert memory_claims.main(["--only", "trained", "--experiments", "summax", "--max-heads", "1", "--steps", str(steps),
+                               "--no-train", "--out", str(tmp_path)]) == 0
+    for name in ("memory_claims.md", "memory_claims.json"):
+        assert (tmp_path / name).read_bytes() == (docs / name).read_bytes(), name
+
+
 def test_class_ceilings_walsh_expansion_is_exact_on_the_eight_sign_patterns():
     from experiments.expressiveness.class_ceilings import walsh
 
