@@ -4,6 +4,7 @@
     python -m experiments.expressiveness.memory_claims --smoke      # seconds
     python -m experiments.expressiveness.memory_claims --only trained --experiments summax --max-heads 1 \
         --steps 12000 --out docs/expressiveness/summax_long  # the cells sum-to-max's rule reads, 3x the budget
+    (the same with --steps 36000 --out docs/expressiveness/summax_36000: 9x)
 
 Every score is at **one position that sees the same number of keys** (the last of a fixed-length sequence), so
 no softmax normaliser varies between scored positions. Thresholds and verdict rules are in ``RULES`` and

@@ -410,7 +410,7 @@ def test_no_train_rewrites_the_committed_tables_byte_for_byte(tmp_path, study):
         assert (tmp_path / f"{study}.json").read_bytes() == (docs / f"{study}.json").read_bytes()
 
 
-@pytest.mark.parametrize("folder,steps", [("summax_long", 12000)])
+@pytest.mark.parametrize("folder,steps", [("summax_long", 12000), ("summax_36000", 36000)])
 def test_no_train_rewrites_the_longer_sum_to_max_runs_byte_for_byte(tmp_path, folder, steps):
     """The sum-to-max runs at a longer budget (their own folder, as their command writes them): ``--no-train``
     from the committed runs file writes their .md and .json again, byte for byte."""
