@@ -166,7 +166,9 @@ def test_rerun_with_other_settings_is_refused_naming_each_setting_and_both_value
                        "TOKENS_PER_SAMPLE (--tokens-per-sample): saved 64, now 32",
                        "BATCH_TOKENS (--max-tokens x devices x --update-freq): saved 512, now 1024",
                        "LR (--lr): saved [1.0], now [0.5]", "WARMUP_UPDATES (--warmup-updates): saved 10, now 5",
-                       "LR_PERIOD_UPDATES (--lr-period-updates): saved 30.0, now 35.0",
+                       # the cosine period: MAX_UPDATE - WARMUP_UPDATES (10 saved, 5 now)
+                       f"LR_PERIOD_UPDATES (--lr-period-updates): saved {RESUME_MAX_UPDATE - 10:.1f}, "
+                       f"now {RESUME_MAX_UPDATE - 5:.1f}",
                        "RPE_INIT (--rpe-init): saved 'zero', now 'alibi'", "SEED (--seed): saved 1, now 2",
                        f"BPE/VOCAB (the data-bin folder): saved 'wikitext-103', now 'wikitext-103-spm{BPE_VOCAB}'",
                        "PRECISION: saved 'fp32', now 'fp16'"):
