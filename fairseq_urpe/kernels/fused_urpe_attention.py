@@ -215,16 +215,16 @@ def launch_backward(q, k, v, bias_table, c_table, pad, grad_out, row_max, row_su
     programs = triton.cdiv(length, block_m)
     rows = partial_rows(cfg, length, table_reach(length, bias_table, c_table)[2],
                         (far_consts["dq"]["FAR_M"], far_consts["dq"]["FAR_N"])) if partials else 1
-    grads = [(g, torch.zeros(batch * heads, programs, rows, 2 * max(block_m, block_n), device=q.device,
-                             dtype=row_max.dtype) if partials else g) if g is not None else (None, None)
-             for g in (d_bias_table, d_c_table)]
+    # where the dQ kernel adds each table's gradient: the table's, or its partial rows
+    targets = [torch.zeros(batch * heads, programs, rows, 2 * max(block_m, block_n), device=q.device,
+                           dtype=row_max.dtype) if partials and g is not None else g for g in (d_bias_table, d_c_table)]
     dq_kernel[(programs, batch * heads)](
-        *inputs, dq, _or(grads[0][1], dummy), _or(grads[1][1], dummy), far_dq_sum, *common, PARTIAL_ROWS=rows,
+        *inputs, dq, _or(targets[0], dummy), _or(targets[1], dummy), far_dq_sum, *common, PARTIAL_ROWS=rows,
         BIAS_GRAD=d_bias_table is not None, C_GRAD=d_c_table is not None, BLOCK_M=block_m, BLOCK_N=block_n,
         num_warps=warps, num_stages=stages, PARTIALS=partials, **far_consts["dq"], **flags,
     )
     if partials:
-        for grad, partial in grads:
+        for grad, partial in zip((d_bias_table, d_c_table), targets):
             if grad is not None:
                 last = min(grad.size(1), length) - 1
                 grad[:, :last + 1] += fold_partial_rows(partial, heads, last, block_m, block_n)

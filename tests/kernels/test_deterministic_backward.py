@@ -16,7 +16,7 @@ pytest.importorskip("triton")
 from fairseq_urpe.kernels.fused_urpe_attention import attention_dropout_mask, fused_causal_urpe_attention  # noqa: E402
 from fairseq_urpe.kernels.tiles import INTERPRETER_BLOCKS, partial_rows, table_reach, tile  # noqa: E402
 from tests.kernels.kernel_inputs import assert_same_gradients  # noqa: E402
-from tests.kernels.test_far_tiles import dense  # noqa: E402
+from tests.kernels.test_far_tiles import dense, far_tile_inputs as inputs  # noqa: E402
 
 RECTANGLES = {
     "default": None,
@@ -39,20 +39,6 @@ def atomics(monkeypatch):
 
     monkeypatch.setattr(interpreter_builder, "create_atomic_rmw", counted)
     return calls
-
-
-def inputs(length, n_bias, n_c, seed, padding=False):
-    torch.manual_seed(seed)
-    batch, heads = 2, 2
-    q, k, v = (torch.randn(batch, heads, length, 16, dtype=torch.float64, requires_grad=True) for _ in range(3))
-    b = torch.randn(heads, n_bias, dtype=torch.float64, requires_grad=True) if n_bias else None
-    c = torch.empty(heads, n_c, dtype=torch.float64).uniform_(-0.5, 2.0).requires_grad_() if n_c else None
-    pad = None
-    if padding:
-        pad = torch.zeros(batch, length, dtype=torch.bool)
-        pad[0, -4:] = True
-        pad[1, :3] = True
-    return q, k, v, b, c, pad
 
 
 def run_and_compare(length, n_bias, n_c, blocks=None, padding=False, dropout_p=0.0, seed=0, frozen=(),

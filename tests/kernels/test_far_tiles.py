@@ -35,7 +35,9 @@ def dense(q, k, v, b, c, padding, scale, dropout_mask=None):
     return weights @ v
 
 
-def check(length, n_bias, n_c, blocks=None, padding=False, dropout_p=0.0, seed=0, head_dim=16):
+def far_tile_inputs(length, n_bias, n_c, seed, padding=False, head_dim=16):
+    """q, k, v ``(2, 2, length, head_dim)``, tables of ``n_bias`` and ``n_c`` entries (0: none) and, with
+    ``padding``, pads at both ends, in float64 from ``seed``."""
     torch.manual_seed(seed)
     batch, heads = 2, 2
     q, k, v = (torch.randn(batch, heads, length, head_dim, dtype=torch.float64, requires_grad=True) for _ in range(3))
@@ -46,6 +48,12 @@ def check(length, n_bias, n_c, blocks=None, padding=False, dropout_p=0.0, seed=0
         pad = torch.zeros(batch, length, dtype=torch.bool)
         pad[0, -4:] = True
         pad[1, :3] = True
+    return q, k, v, b, c, pad
+
+
+def check(length, n_bias, n_c, blocks=None, padding=False, dropout_p=0.0, seed=0, head_dim=16):
+    q, k, v, b, c, pad = far_tile_inputs(length, n_bias, n_c, seed, padding, head_dim)
+    batch, heads = q.shape[:2]
     seed_tensor = torch.tensor([7], dtype=torch.int64) if dropout_p else None
     out = fused_causal_urpe_attention(q, k, v, b, c, pad, scale=0.25, dropout_p=dropout_p,
                                       dropout_seed=seed_tensor, blocks=blocks)
