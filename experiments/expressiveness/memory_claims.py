@@ -398,7 +398,9 @@ def summarise_trained(runs):
             cell = rules.cell([r["error"] for r in recs], flags)
             cell.update(flat=all(r["flat"] for r, d in zip(recs, flags) if not d),
                         seeds={r["key"].rsplit("|", 1)[1]: {"error": r["error"], "steps": r["trained_steps"],
-                                                             "flat": r["flat"], "dead": d} for r, d in zip(recs, flags)})
+                                                             "flat": r["flat"], "dead": d,
+                                                             "exponent": rules.tail_exponent(r["curve"])}
+                               for r, d in zip(recs, flags)})
             col = f"L={config['layers']}" if experiment == "nested" else f"H={config['heads']}"
             out.setdefault(experiment, {}).setdefault(row, {})[col] = cell
     return out
@@ -500,6 +502,16 @@ def markdown(fits, trained, verdicts, header):
             lines.append(f"| {row} | " + " | ".join(
                 (rules.fmt_cell(cells[c]) + ("" if cells[c]["flat"] else ", falling")) if c in cells else ""
                 for c in cols) + " |")
+        lines += ["", f"How each live seed's curve fell over the last {rules.TAIL:.0%} of its steps: the exponent a of "
+                  f"error ~ step^a (least squares on log-log, `verdict_rules.tail_exponent`). The flatness test reads "
+                  f"only the last {rules.FLAT_WINDOW:.0%}; a power law passes it only for a above "
+                  f"{rules.FLAT_EXPONENT:.3f}.", ""]
+        for row, cells in rows.items():
+            for c in cols:
+                if c in cells:
+                    live = [(seed, v["exponent"]) for seed, v in cells[c]["seeds"].items() if not v["dead"]]
+                    lines.append(f"- {row}, {c}: " + ", ".join(
+                        f"{'–' if a is None else f'{a:.2f}'} (seed {seed})" for seed, a in live))
         baselines = trivial_baselines(experiment, experiment_lags(experiment))
         lines += ["", "Predicting without reading a lag (exact; `trivial_baselines`): "
                   + "; ".join(f"{name} {value:.3f}" for name, value in baselines.items()) + "."]

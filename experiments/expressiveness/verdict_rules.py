@@ -28,6 +28,10 @@ DEAD_RELATIVE, DEAD_SPREAD = 0.99, 0.01
 MIN_LIVE = 3
 SEED_BATCHES = ((0, 1, 2, 3, 4), (5, 6, 7, 8, 9), (10, 11, 12, 13, 14))
 FLAT_CHANGE, FLAT_WINDOW, FLAT_POINTS = 0.01, 0.1, 3
+# A power law error ~ step^a falls by 0.9^a - 1 of its level over the last 10% of steps: it passes `flat` only for
+# a above about ln(1.01) / ln(0.9) = -0.094.
+FLAT_EXPONENT = math.log(1 + FLAT_CHANGE) / math.log(1 - FLAT_WINDOW)
+TAIL = 0.5
 
 REPRODUCED, CONTRADICTED, TIE = "reproduced", "contradicted", "not separable by this instance"
 UNDER_TRAINED, FAILED = "inconclusive (under-trained)", "inconclusive (failed optimisation)"
@@ -118,6 +122,22 @@ def flat(curve: Sequence[Sequence[float]]) -> Optional[bool]:
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
     level = abs(my) or 1e-300
     return abs(slope * (xs[-1] - xs[0])) < FLAT_CHANGE * level
+
+
+def tail_exponent(curve: Sequence[Sequence[float]], tail: float = TAIL) -> Optional[float]:
+    """The exponent ``a`` of ``error ~ step^a`` that a validation curve ``[(step, error), ...]`` follows over its
+    last ``tail`` of steps: the least-squares slope of log error on log step. Not a rule: it reads how far a curve
+    that is not flat is from the flatness test (FLAT_EXPONENT). None with fewer than FLAT_POINTS points there or an
+    error that is not positive."""
+    if not curve:
+        return None
+    last = curve[-1][0]
+    window = [(s, e) for s, e in curve if s >= (1 - tail) * last]
+    if len(window) < FLAT_POINTS or any(s <= 0 or e <= 0 for s, e in window):
+        return None
+    xs, ys = [math.log(s) for s, _ in window], [math.log(e) for _, e in window]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
 
 
 RULE_TEXT = {

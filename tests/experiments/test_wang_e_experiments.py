@@ -357,6 +357,22 @@ def test_flat_reads_the_slope_over_the_last_tenth_of_steps():
     assert rules.flat([(100, 1.0), (200, 0.9)]) is None  # too few points in the window
 
 
+def test_tail_exponent_recovers_a_power_law_and_brackets_the_flatness_test():
+    """On error = 3 step^a sampled every 100 steps, tail_exponent returns a; and the flatness test passes such a
+    curve just above FLAT_EXPONENT (about -0.094) and fails it just below, as its docstring says."""
+    assert rules.FLAT_EXPONENT == pytest.approx(-0.0944, abs=1e-4)
+    for a in (-0.8, -0.3, -0.05):
+        curve = [(s, 3.0 * s ** a) for s in range(100, 36001, 100)]
+        assert rules.tail_exponent(curve) == pytest.approx(a, abs=1e-12)
+    bent = [(s, 3.0 * s ** -0.5 if s <= 18000 else 3.0 * 18000 ** -0.5) for s in range(100, 36001, 100)]
+    assert rules.tail_exponent(bent) == pytest.approx(0.0, abs=1e-12)  # only the last half counts
+    assert rules.tail_exponent(bent, tail=0.9) < -0.1
+    assert rules.flat([(s, s ** (rules.FLAT_EXPONENT + 0.005)) for s in range(100, 36001, 100)]) is True
+    assert rules.flat([(s, s ** (rules.FLAT_EXPONENT - 0.005)) for s in range(100, 36001, 100)]) is False
+    assert rules.tail_exponent([(100, 1.0), (200, 0.9)]) is None
+    assert rules.tail_exponent([(100, 1.0), (200, 0.0), (300, 0.5), (400, 0.4)]) is None  # log of 0
+
+
 @pytest.mark.parametrize("experiment", ["adaptive", "nested", "summax"])
 def test_memory_claims_trivial_baselines_match_least_squares_on_the_tasks_own_samples(experiment):
     """The baselines printed beside each trained table, against least squares on 40,000 samples of the task's own
