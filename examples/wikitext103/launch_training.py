@@ -318,8 +318,14 @@ def stop_children(*_):
 
 def on_sigterm(signum, _frame):
     """SIGTERM to train.sh (this process, which it exec'd): SIGTERM to torchrun and the ranks, then exit; main's
-    ``finally`` waits for them (not here: the handler may interrupt a ``wait`` on one of them, which holds its lock)."""
-    print(f"== {SCRIPT}: signal {signum}: stopping the training processes", file=sys.stderr, flush=True)
+    ``finally`` waits for them (not here: the handler may interrupt a ``wait`` on one of them, which holds its lock).
+    The note may find no reader: a SIGTERM to the process group stops the log's ``tee`` too, and the write's
+    BrokenPipeError, raised here instead of SystemExit, would be swallowed where it lands in a logging call
+    (logging catches an Exception in a handler), and the training would run on."""
+    try:
+        print(f"== {SCRIPT}: signal {signum}: stopping the training processes", file=sys.stderr, flush=True)
+    except OSError:
+        pass
     for process in CHILDREN:
         if process.poll() is None:
             process.terminate()

@@ -210,6 +210,41 @@ def test_sigterm_to_train_sh_stops_torchrun_and_every_rank(tmp_path, full_size_d
                 pass
 
 
+def test_sigterm_whose_note_finds_no_reader_still_stops_a_run_inside_a_logging_call(monkeypatch):
+    """A SIGTERM to train.sh's process group (a killed job) stops the log's ``tee`` as well, so the handler's note
+    meets a pipe without a reader. Landing inside fairseq's logging (a StreamHandler's write, here its flush),
+    the handler must still end the run: a BrokenPipeError in place of its SystemExit would be swallowed by
+    logging's handleError, and the training would run on to its last update."""
+    import io
+    import logging
+
+    launch = python_side("launch_training")
+    read, write = os.pipe()
+    os.close(read)
+    broken = os.fdopen(write, "w")
+    monkeypatch.setattr(sys, "stderr", broken)
+    monkeypatch.setattr(launch, "CHILDREN", [])
+
+    class SignalledWhileWriting(logging.StreamHandler):
+        def flush(self):
+            launch.on_sigterm(signal.SIGTERM, None)
+
+    logger = logging.getLogger("test_sigterm_in_logging")
+    logger.propagate = False
+    handler = SignalledWhileWriting(io.StringIO())
+    logger.addHandler(handler)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            logger.warning("epoch 001: 21 / 51 loss=9.184")
+        assert stopped.value.code == 128 + signal.SIGTERM
+    finally:
+        logger.removeHandler(handler)
+        try:
+            broken.close()
+        except BrokenPipeError:
+            pass
+
+
 @pytest.mark.e2e
 def test_truncated_checkpoint_last_with_a_newer_intact_best_resumes_from_best(recipe_runs, tmp_path):
     """A kill -9 during fairseq's copy best -> last at the end of an epoch: checkpoint_last.pt is truncated and
