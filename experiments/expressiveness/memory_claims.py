@@ -300,8 +300,9 @@ def experiment_lags(experiment):
     return next(c["lags"] for e, _, c in trained_cells() if e == experiment)
 
 
-def memory_batch(task, lags, batch, length, rng):
-    """``(x (B, N, C) float32, y (B,) float32)`` at the last position; channels: value, selector(s), start."""
+def memory_batch(task, lags, batch, length, rng, with_lags=False):
+    """``(x (B, N, C) float32, y (B,) float32)`` at the last position; channels: value, selector(s), start. With
+    ``with_lags``, also the lags the last position's selectors choose, ``(B,)`` int64 each (sum-to-max: two)."""
     import numpy as np
     import torch
 
@@ -324,14 +325,25 @@ def memory_batch(task, lags, batch, length, rng):
         y = x[rows, t - first, 0] + x[rows, t - other, 0]
     else:
         raise ValueError(task)
-    return torch.tensor(np.concatenate([x, start], -1), dtype=torch.float32), torch.tensor(y, dtype=torch.float32)
+    out = torch.tensor(np.concatenate([x, start], -1), dtype=torch.float32), torch.tensor(y, dtype=torch.float32)
+    if with_lags:
+        chosen = (first, other) if task == "summax" else (first,)
+        return (*out, tuple(torch.as_tensor(g) for g in chosen))
+    return out
 
 
-def train_eval(config, size, seed):
-    """Train one model for ``size["steps"]`` steps; ``(test relative error, spread, curve, steps, flat, seconds)``.
-    The curve is the relative error of the weights' moving average on ``size["valid"]`` held-out sequences every
-    ``eval_every`` steps; ``flat`` is verdict_rules.flat of the whole curve; the test error is on ``size["eval"]``
-    others, at the end."""
+def test_batch(config, size, seed):
+    """``(x, y, lags)``: the ``size["eval"]`` test sequences of ``seed`` (memory_batch with ``with_lags``)."""
+    import numpy as np
+
+    return memory_batch(config["task"], config["lags"], size["eval"], LENGTH, np.random.default_rng(10**6 + seed),
+                        with_lags=True)
+
+
+def train_model(config, size, seed):
+    """Train one model for ``size["steps"]`` steps: ``(average, curve, (x_test, y_test, test_lags))``, the weights'
+    moving average, its relative error on ``size["valid"]`` held-out sequences every ``eval_every`` steps, and the
+    ``size["eval"]`` test sequences of this seed with the lags they choose (memory_batch's ``with_lags``)."""
     import copy
 
     import numpy as np
@@ -340,9 +352,8 @@ def train_eval(config, size, seed):
     from experiments.expressiveness.memory_model import MemoryModel
 
     torch.set_num_threads(1)
-    start = time.time()
     rng = np.random.default_rng(seed)
-    x_test, y_test = memory_batch(config["task"], config["lags"], size["eval"], LENGTH, np.random.default_rng(10**6 + seed))
+    x_test, y_test, test_lags = test_batch(config, size, seed)
     x_valid, y_valid = memory_batch(config["task"], config["lags"], size["valid"], LENGTH,
                                     np.random.default_rng(2 * 10**6 + seed))
     model = MemoryModel(x_test.size(-1), WIDTH, config["heads"], config["layers"], "learned", config["dot_product"],
@@ -350,12 +361,6 @@ def train_eval(config, size, seed):
     average = copy.deepcopy(model).requires_grad_(False)
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     warmup = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / WARMUP))
-
-    def relative(x, y):
-        with torch.no_grad():
-            y_hat = average(x)[:, -1]
-        return float((y_hat - y).pow(2).mean() / y.var()), float(y_hat.std() / y.std())
-
     curve = []
     for step in range(1, size["steps"] + 1):
         x, y = memory_batch(config["task"], config["lags"], size["batch"], LENGTH, rng)
@@ -368,8 +373,25 @@ def train_eval(config, size, seed):
             for kept, live in zip(average.parameters(), model.parameters()):
                 kept.lerp_(live, 1 - EMA)
         if step % size["eval_every"] == 0:
-            curve.append((step, relative(x_valid, y_valid)[0]))
-    error, spread = relative(x_test, y_test)
+            curve.append((step, relative_error(average, x_valid, y_valid)[0]))
+    return average, curve, (x_test, y_test, test_lags)
+
+
+def relative_error(model, x, y):
+    """``(MSE / Var y, std of the predictions / std y)`` of ``model`` at the last position."""
+    import torch
+
+    with torch.no_grad():
+        y_hat = model(x)[:, -1]
+    return float((y_hat - y).pow(2).mean() / y.var()), float(y_hat.std() / y.std())
+
+
+def train_eval(config, size, seed):
+    """Train one model (train_model); ``(test relative error, spread, curve, steps, flat, seconds)``, ``flat``
+    being verdict_rules.flat of the whole curve and the test error that of the weights' moving average."""
+    start = time.time()
+    average, curve, (x_test, y_test, _) = train_model(config, size, seed)
+    error, spread = relative_error(average, x_test, y_test)
     return error, spread, curve, size["steps"], rules.flat(curve), time.time() - start
 
 
