@@ -91,8 +91,8 @@ def inspect(config, size, seed, keep=None, kept=None):
 
     if kept:
         inputs = memory_claims.test_batch(config, size, seed)[0].size(-1)
-        model = MemoryModel(inputs, memory_claims.WIDTH, config["heads"], config["layers"], "learned", config["dot_product"],
-                            True, memory_claims.LENGTH, seed=seed)
+        model = MemoryModel(inputs, memory_claims.WIDTH, config["heads"], config["layers"], "learned",
+                            config["dot_product"], True, memory_claims.LENGTH, seed=seed)
         model.load_state_dict(torch.load(model_path(kept, config, seed)))
     else:
         model = memory_claims.train_model(config, size, seed)[0]
@@ -103,15 +103,17 @@ def inspect(config, size, seed, keep=None, kept=None):
 
 def markdown(result):
     depth = max(r["config"]["layers"] for r in result["runs"])
-    lines = [f"Where the 1-head sum-to-max models look, {result['steps']} steps (`summax_attention`; retrained: the test "
-             "error beside the run record's). Per layer, over the test sequences with g1 != g2: the mean weight the "
-             "scored position puts on the keys at lags g1 and g2 together (both), on the less-attended of the two "
+    lines = [f"Where the 1-head sum-to-max models look, {result['steps']} steps (`summax_attention`; retrained: the "
+             "test error beside the run record's). Per layer, over the test sequences with g1 != g2: the mean weight "
+             "the scored position puts on the keys at lags g1 and g2 together (both), on the less-attended of the two "
              f"(less: 0.5 for an even split, 0 for a head on one memory), and the share of sequences where each "
              f"holds {SPLIT} or more (split).", "",
-             "| layers | seed | test error (record) | " + " | ".join(f"layer {i + 1}: both, less, split" for i in range(depth))
-             + " |", "|---:|---:|---|" + "---|" * depth]
+             "| layers | seed | test error (record) | "
+             + " | ".join(f"layer {i + 1}: both, less, split" for i in range(depth)) + " |",
+             "|---:|---:|---|" + "---|" * depth]
     for r in result["runs"]:
-        shares = [f"{s['both']:.3f}, {s['less']:.3f}, {s['split']:.3f}" for s in r["layers"]] + [""] * (depth - len(r["layers"]))
+        shares = [f"{s['both']:.3f}, {s['less']:.3f}, {s['split']:.3f}" for s in r["layers"]]
+        shares += [""] * (depth - len(r["layers"]))
         record = "–" if r["record"] is None else f"{r['record']:.4f}"
         lines.append(f"| {r['config']['layers']} | {r['seed']} | {r['error']:.4f} ({record}) | " + " | ".join(shares)
                      + " |")
