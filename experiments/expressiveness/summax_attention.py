@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from experiments.expressiveness import memory_claims
+from experiments.runs_file import read_runs
 from experiments.study_driver import train_side_by_side
 
 SPLIT = 0.25  # a row "splits" where each of the two lags holds at least this weight
@@ -156,13 +157,8 @@ def main(argv=None):
         calls = [(c, size, int(s), a.keep_models, a.from_models) for c in configs for s in a.seeds.split()]
         if a.keep_models:
             Path(a.keep_models).mkdir(parents=True, exist_ok=True)
-        records = {}
-        runs_file = out / "memory_claims_runs.jsonl"
-        if runs_file.exists():
-            for line in runs_file.read_text().splitlines():
-                r = json.loads(line)
-                if r.get("budget", {}).get("steps") == a.steps:
-                    records[r["key"]] = r["error"]
+        same_budget = read_runs(out / "memory_claims_runs.jsonl", lambda r: r.get("budget", {}).get("steps") == a.steps)
+        records = {key: r["error"] for key, r in same_budget.items()}
         earlier = json.loads(path.read_text()) if path.exists() else {"steps": a.steps, "runs": []}
         if earlier["steps"] != a.steps:
             p.error(f"--steps {a.steps}: {path} holds runs of {earlier['steps']} steps; give another --out")
