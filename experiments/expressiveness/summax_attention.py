@@ -94,7 +94,7 @@ def inspect(config, size, seed, keep=None, kept=None):
         inputs = memory_claims.test_batch(config, size, seed)[0].size(-1)
         model = MemoryModel(inputs, memory_claims.WIDTH, config["heads"], config["layers"], "learned",
                             config["dot_product"], True, memory_claims.LENGTH, seed=seed)
-        model.load_state_dict(torch.load(model_path(kept, config, seed)))
+        model.load_state_dict(torch.load(model_path(kept, config, seed), weights_only=True))
     else:
         model = memory_claims.train_model(config, size, seed)[0]
     if keep:
